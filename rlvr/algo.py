@@ -1,0 +1,237 @@
+"""Pure tensor math of RLVR: group advantages, the dynamic-sampling filter, overlong reward shaping,
+importance ratios, the clipped surrogate, the KL penalty and loss aggregation (docs/DESIGN.md, "The math").
+
+Notation: N = B*G responses, G consecutive rows per prompt group; T = padded response length;
+mask[N, T] marks the tokens that count (0/1 or bool); |o_i| = mask[i].sum(). Values at padded positions
+are selected out, never trusted, but should be finite so that gradients stay finite.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+RATIOS = ("token", "sequence", "sequence_token")
+AGGREGATIONS = ("seq_mean_token_mean", "seq_mean_token_sum_norm", "token_mean")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def _invalid(name: str, value: object, choices: tuple[str, ...]) -> ValueError:
+    return ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(choices)}")
+
+
+def _count(x: float | Tensor, like: Tensor) -> Tensor:
+    """A normalizer as a 0-d tensor, clamped at 1 so that an empty batch gives 0, not NaN."""
+    return torch.as_tensor(x, dtype=like.dtype, device=like.device).clamp(min=1)  # []
+
+
+def group_advantages(rewards: Tensor, group_size: int, *, scale_by_std: bool, eps: float = 1e-6) -> Tensor:
+    """Group-relative advantage of each response (rewards: [N], G = group_size consecutive rows per group).
+
+    GRPO/DAPO/GSPO (scale_by_std=True): A_i = (R_i - mean_g R) / (std_g R + eps), std with Bessel's correction.
+    Dr.GRPO (scale_by_std=False):       A_i = R_i - mean_g R.
+    group_size == 1: the std is undefined and a lone sample has no group-relative signal, so A_i = 0 (not NaN).
+    """
+    if group_size < 1 or rewards.ndim != 1 or rewards.numel() % group_size:
+        raise ValueError(
+            f"rewards must be 1-D with a length divisible by group_size; "
+            f"got shape {tuple(rewards.shape)} and group_size={group_size}"
+        )
+    grouped = rewards.reshape(-1, group_size)  # [B, G]
+    if not grouped.is_floating_point():
+        grouped = grouped.to(torch.get_default_dtype())
+    adv = grouped - grouped.mean(dim=1, keepdim=True)  # [B, G]
+    if scale_by_std and group_size > 1:
+        adv = adv / (grouped.std(dim=1, keepdim=True) + eps)  # [B, G]
+    return adv.reshape(-1)  # [N]
+
+
+def informative_groups(scores: Tensor, group_size: int) -> Tensor:
+    """DAPO dynamic sampling: keep a group only if 0 < |{o_i correct}| < G, i.e. its scores [N] are not all
+    (exactly) equal. Returns a bool per group: [N // group_size]."""
+    if group_size < 1 or scores.ndim != 1 or scores.numel() % group_size:
+        raise ValueError(
+            f"scores must be 1-D with a length divisible by group_size; "
+            f"got shape {tuple(scores.shape)} and group_size={group_size}"
+        )
+    grouped = scores.reshape(-1, group_size)  # [B, G]
+    return (grouped != grouped[:, :1]).any(dim=1)  # [B]
+
+
+def overlong_penalty(lengths: Tensor, *, max_len: int, buffer: int, factor: float = 1.0) -> Tensor:
+    """DAPO soft overlong punishment, added to the reward (lengths: [N] generated tokens, buffer = L_cache):
+
+    R_len = 0                                          if |o| <= L_max - L_cache
+          = ((L_max - L_cache) - |o|) / L_cache * factor  if L_max - L_cache < |o| <= L_max
+          = -factor                                    if |o| > L_max
+    """
+    if not 0 < buffer <= max_len:
+        raise ValueError(f"buffer must satisfy 0 < buffer <= max_len; got buffer={buffer}, max_len={max_len}")
+    length = lengths if lengths.is_floating_point() else lengths.to(torch.get_default_dtype())  # [N]
+    start = max_len - buffer
+    inside = (start - length) / buffer * factor  # [N]
+    beyond = torch.full_like(length, -factor)  # [N]
+    return torch.where(length <= start, torch.zeros_like(length), torch.where(length <= max_len, inside, beyond))
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from samples of pi_theta (Schulman, "Approximating KL").
+
+    With d = log pi_ref - log pi_theta:  k1 = -d,  k2 = d^2 / 2,  k3 = exp(d) - d - 1 (>= 0, unbiased; GRPO).
+    logprobs, ref_logprobs: [N, T] -> [N, T].
+    """
+    d = ref_logprobs - logprobs  # [N, T]
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.square()
+    if estimator == "k3":
+        return torch.exp(d) - d - 1
+    raise _invalid("kl_estimator", estimator, KL_ESTIMATORS)
+
+
+def importance_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, mode: str) -> Tensor:
+    """Importance ratio pi_theta / pi_old, as [N, T] (inputs [N, T]).
+
+    token (GRPO, DAPO):          r_it = exp(logp_it - old_it).
+    sequence (GSPO):             s_i = exp((1/|o_i|) sum_t mask*(logp - old)), the length-normalised
+                                 geometric mean, copied to every token; gradient flows through logp.
+    sequence_token (GSPO-token): s_it = sg(s_i) * exp(logp_it - sg(logp_it)): s_i in value, per-token gradient.
+    """
+    keep = mask.bool()  # [N, T]
+    log_r = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [N, T]
+    if mode == "token":
+        return torch.exp(log_r)  # [N, T]
+    lengths = keep.sum(dim=-1, keepdim=True).to(logprobs.dtype).clamp(min=1)  # [N, 1]
+    log_s = log_r.sum(dim=-1, keepdim=True) / lengths  # [N, 1]
+    if mode == "sequence":
+        return torch.exp(log_s).expand_as(logprobs)  # [N, T]
+    if mode == "sequence_token":
+        return torch.exp(log_s.detach() + log_r - log_r.detach())  # [N, T]
+    raise _invalid("ratio", mode, RATIOS)
+
+
+def aggregate(
+    loss_mat: Tensor,
+    mask: Tensor,
+    mode: str,
+    *,
+    max_len: int | None = None,
+    num_sequences: float | Tensor | None = None,
+    num_tokens: float | Tensor | None = None,
+) -> Tensor:
+    """Reduce a per-token loss [N, T] to a scalar; the normalizer spans the whole optimizer step.
+
+    seq_mean_token_mean (GRPO, GSPO):   (1/N_seq) sum_i (1/|o_i|) sum_t mask*l
+    seq_mean_token_sum_norm (Dr.GRPO):  (1/(N_seq * L_max)) sum_i sum_t mask*l
+    token_mean (DAPO):                  sum_i sum_t mask*l / N_tok
+    N_seq = num_sequences or the rows handed in; N_tok = num_tokens or mask.sum(). Passing the global counts
+    to every micro-batch (and rank) makes the summed micro-batch losses equal the full-batch loss.
+    A row with |o_i| = 0 contributes exactly 0.
+    """
+    keep = mask.bool()  # [N, T]
+    masked = torch.where(keep, loss_mat, torch.zeros_like(loss_mat))  # [N, T]
+    n_seq = _count(loss_mat.shape[0] if num_sequences is None else num_sequences, loss_mat)  # []
+    if mode == "seq_mean_token_mean":
+        lengths = keep.sum(dim=-1).to(loss_mat.dtype).clamp(min=1)  # [N]
+        return (masked.sum(dim=-1) / lengths).sum() / n_seq
+    if mode == "seq_mean_token_sum_norm":
+        if max_len is None:
+            raise ValueError("aggregation 'seq_mean_token_sum_norm' requires max_len")
+        return masked.sum() / (n_seq * max_len)
+    if mode == "token_mean":
+        return masked.sum() / _count(keep.sum() if num_tokens is None else num_tokens, loss_mat)
+    raise _invalid("aggregation", mode, AGGREGATIONS)
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of x [N, T] over the tokens mask [N, T] keeps; 0 when it keeps none."""
+    keep = mask.bool()  # [N, T]
+    return torch.where(keep, x, torch.zeros_like(x)).sum() / _count(keep.sum(), x)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of softmax(logits) per position: H = logsumexp(z) - sum_v softmax(z)_v z_v. [N, T, V] -> [N, T]."""
+    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    ratio: str,
+    clip_low: float,
+    clip_high: float,
+    aggregation: str,
+    max_len: int | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    clip_ratio_c: float | None = None,
+    num_sequences: float | Tensor | None = None,
+    num_tokens: float | Tensor | None = None,
+    loss_scale: float = 1.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate (PPO/GRPO; DAPO's clip-higher: clip_high > clip_low) to minimise, per token:
+
+    l = -min(r*A, clip(r, 1 - clip_low, 1 + clip_high)*A)  [+ kl_coef * KL_estimator(pi_theta || pi_ref)]
+    with r from `importance_ratio` and, if clip_ratio_c (> 1) is set, the dual clip for A < 0 (verl):
+    l = min(l, -clip_ratio_c * A), i.e. the loss of a negative-advantage token is capped at clip_ratio_c*|A|.
+    Aggregated by `aggregate`, then multiplied by loss_scale: the learner passes world_size there, because
+    FSDP/DDP average gradients over ranks while the global normalizer already divides by the global count.
+
+    logprobs, old_logprobs, ref_logprobs, mask: [N, T]; advantages: [N]. Returns (loss [], metrics) where the
+    metrics (floats) cover this call's counted tokens, or its non-empty sequences for sequence ratios;
+    pg_loss is the loss without KL and without loss_scale, so it sums over micro-batches and ranks.
+    """
+    if clip_ratio_c is not None and clip_ratio_c <= 1:
+        raise ValueError(f"clip_ratio_c must be > 1 for the dual clip; got {clip_ratio_c}")
+    if kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 requires ref_logprobs")
+    r = importance_ratio(logprobs, old_logprobs, mask, ratio)  # [N, T]
+    adv = advantages.to(logprobs.dtype)[:, None]  # [N, 1]
+    pg = torch.maximum(-adv * r, -adv * r.clamp(1 - clip_low, 1 + clip_high))  # [N, T]
+    if clip_ratio_c is not None:
+        pg = torch.where(adv < 0, torch.minimum(pg, -adv * clip_ratio_c), pg)  # [N, T]
+    loss_mat = pg  # [N, T]
+    if kl_coef > 0:
+        assert ref_logprobs is not None
+        kl = kl_penalty(logprobs, ref_logprobs, kl_estimator)  # [N, T]
+        loss_mat = pg + kl_coef * kl
+
+    def agg(x: Tensor) -> Tensor:  # [N, T] -> []
+        return aggregate(x, mask, aggregation, max_len=max_len, num_sequences=num_sequences, num_tokens=num_tokens)
+
+    loss = agg(loss_mat) * loss_scale  # []
+
+    with torch.no_grad():
+        if ratio == "token":  # statistics per counted token
+            units = mask.bool()  # [N, T]
+            r_u, a_u = r[units], adv.expand_as(r)[units]  # [U]
+        else:  # the ratio is one value per sequence: statistics per non-empty sequence
+            units = mask.bool().any(dim=-1)  # [N]
+            r_u, a_u = r[:, 0][units], adv[:, 0][units]  # [U]
+        low = (r_u < 1 - clip_low) & (a_u < 0)  # [U]
+        high = (r_u > 1 + clip_high) & (a_u > 0)  # [U]
+        metrics = {
+            "clip_frac_low": _frac(low),
+            "clip_frac_high": _frac(high),
+            "clip_frac": _frac(low | high),
+            "ratio_mean": r_u.mean().item() if r_u.numel() else 1.0,
+            "ratio_min": r_u.min().item() if r_u.numel() else 1.0,
+            "ratio_max": r_u.max().item() if r_u.numel() else 1.0,
+            "pg_loss": agg(pg).item(),
+        }
+        if clip_ratio_c is not None:
+            pg_u = torch.maximum(-a_u * r_u, -a_u * r_u.clamp(1 - clip_low, 1 + clip_high))  # [U]
+            metrics["dual_clip_frac"] = _frac((a_u < 0) & (pg_u > -a_u * clip_ratio_c))
+        if kl_coef > 0:
+            metrics["kl"] = masked_mean(kl, mask).item()
+    return loss, metrics
+
+
+def _frac(flags: Tensor) -> float:
+    """Fraction of True in flags [U]; 0.0 when empty."""
+    return flags.double().mean().item() if flags.numel() else 0.0

@@ -1,0 +1,242 @@
+"""The typed schema of a run: dataclasses + enums, and the cross-field checks.
+
+Every value comes from the recipe tree (`recipes/`); nothing here has a default, so a recipe
+that forgets a field fails at start-up instead of riding on a silent default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A config problem, reported before any model loads."""
+
+
+class Advantage(str, enum.Enum):
+    group_norm = "group_norm"  # (R - mean) / (std + eps): GRPO, DAPO, GSPO
+    group_center = "group_center"  # R - mean: Dr.GRPO
+
+
+class Ratio(str, enum.Enum):
+    token = "token"
+    sequence = "sequence"  # GSPO
+    sequence_token = "sequence_token"  # GSPO-token
+
+
+class Aggregation(str, enum.Enum):
+    seq_mean_token_mean = "seq_mean_token_mean"  # GRPO, GSPO
+    seq_mean_token_sum_norm = "seq_mean_token_sum_norm"  # Dr.GRPO
+    token_mean = "token_mean"  # DAPO
+
+
+class KLEstimator(str, enum.Enum):
+    k1 = "k1"
+    k2 = "k2"
+    k3 = "k3"
+
+
+class FilterMetric(str, enum.Enum):
+    correctness = "correctness"  # 1 if correct else 0
+    reward = "reward"  # the shaped reward
+
+
+class Task(str, enum.Enum):
+    arithmetic = "arithmetic"
+
+
+@dataclass
+class AlgoConfig:
+    advantage: Advantage = MISSING
+    ratio: Ratio = MISSING
+    clip_low: float = MISSING
+    clip_high: float = MISSING
+    clip_ratio_c: Optional[float] = MISSING  # dual clip for A < 0; null = off
+    aggregation: Aggregation = MISSING
+    kl_coef: float = MISSING
+    kl_estimator: KLEstimator = MISSING
+    ref_update_every: int = MISSING  # pi_ref <- pi_theta every K steps; 0 = never
+    group_size: int = MISSING  # G
+    prompts_per_step: int = MISSING  # B
+    prompts_per_minibatch: int = MISSING  # B / this = optimizer updates per epoch
+    epochs: int = MISSING  # mu
+    dynamic_sampling: bool = MISSING
+    filter_metric: FilterMetric = MISSING
+    max_gen_batches: int = MISSING  # rollout rounds per step before training on what was kept
+    overlong_shaping: bool = MISSING
+    overlong_buffer_frac: float = MISSING  # L_cache as a fraction of rollout.max_new_tokens
+    overlong_factor: float = MISSING
+    overlong_filter: bool = MISSING  # truncated responses get zero loss weight
+
+
+@dataclass
+class RolloutConfig:
+    max_new_tokens: int = MISSING  # L_max
+    temperature: float = MISSING
+    top_p: float = MISSING
+    dtype: str = MISSING
+    gpu_memory_utilization: float = MISSING
+    cpu_kv_cache_gib: int = MISSING
+
+
+@dataclass
+class ModelConfig:
+    path: str = MISSING  # "builtin:<name>", a local HF folder, or a hub id
+    dtype: str = MISSING  # learner parameter dtype
+
+
+@dataclass
+class DataConfig:
+    task: Task = MISSING
+    eval_size: int = MISSING
+
+
+@dataclass
+class RewardConfig:
+    correct: float = MISSING
+    incorrect: float = MISSING
+    no_answer: float = MISSING
+
+
+@dataclass
+class TrainerConfig:
+    seed: int = MISSING
+    max_steps: int = MISSING
+    output_dir: str = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    grad_clip: float = MISSING
+    warmup_steps: int = MISSING
+    micro_batch_rows: int = MISSING
+    eval_every: int = MISSING
+    torch_threads: int = MISSING
+
+
+@dataclass
+class LoggerConfig:
+    wandb: bool = MISSING
+    project: str = MISSING
+    progress: bool = MISSING
+
+
+@dataclass
+class Config:
+    algo: AlgoConfig = MISSING
+    rollout: RolloutConfig = MISSING
+    model: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    reward: RewardConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    logger: LoggerConfig = MISSING
+
+
+_SECTIONS: dict[str, type] = {
+    "algo": AlgoConfig,
+    "rollout": RolloutConfig,
+    "model": ModelConfig,
+    "data": DataConfig,
+    "reward": RewardConfig,
+    "trainer": TrainerConfig,
+    "logger": LoggerConfig,
+}
+
+
+def schema_keys() -> list[str]:
+    """Every dotted key of the schema: 'algo', 'algo.clip_high', ..."""
+    keys = []
+    for section, cls in _SECTIONS.items():
+        keys += [section] + [f"{section}.{f.name}" for f in fields(cls)]
+    return keys
+
+
+def unknown_key_message(key: str) -> str | None:
+    """None if `key` is in the schema, else a message naming it, a suggestion and the valid keys."""
+    valid = schema_keys()
+    if key in valid:
+        return None
+    parent = key.rpartition(".")[0]
+    siblings = [k for k in valid if k.rpartition(".")[0] == parent] if parent in valid or not parent else valid
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    where = f"'{parent}'" if parent in valid else "the config"
+    return f"unknown config key '{key}'.{hint} Valid keys in {where}: {', '.join(sorted(siblings))}"
+
+
+def validate(raw: DictConfig | dict[str, Any]) -> Config:
+    """Merge a composed config into the typed schema, then run the cross-field checks."""
+    raw_cfg = OmegaConf.create(raw) if isinstance(raw, dict) else raw
+    if isinstance(raw_cfg, DictConfig):
+        raw_cfg = OmegaConf.masked_copy(raw_cfg, [k for k in raw_cfg if k != "hydra"])
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), raw_cfg)
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except ConfigKeyError as e:
+        key = str(e.full_key) if e.full_key else str(e)
+        raise ConfigError(unknown_key_message(key) or str(e)) from None
+    except MissingMandatoryValue as e:
+        raise ConfigError(f"config key '{e.full_key}' has no value; set it in the recipe or on the command line") from None
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"invalid value for config key '{e.full_key}': {e.msg.splitlines()[0]}") from None
+    check(cfg)
+    return cfg
+
+
+def check(cfg: Config) -> None:
+    """Cross-field checks: each error names the key(s) at fault."""
+    a, r, t = cfg.algo, cfg.rollout, cfg.trainer
+    positive = {
+        "algo.group_size": a.group_size,
+        "algo.prompts_per_step": a.prompts_per_step,
+        "algo.prompts_per_minibatch": a.prompts_per_minibatch,
+        "algo.epochs": a.epochs,
+        "algo.max_gen_batches": a.max_gen_batches,
+        "rollout.max_new_tokens": r.max_new_tokens,
+        "trainer.micro_batch_rows": t.micro_batch_rows,
+        "trainer.torch_threads": t.torch_threads,
+        "data.eval_size": cfg.data.eval_size,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    if a.prompts_per_step % a.prompts_per_minibatch:
+        raise ConfigError(
+            f"algo.prompts_per_step ({a.prompts_per_step}) must be a multiple of "
+            f"algo.prompts_per_minibatch ({a.prompts_per_minibatch})"
+        )
+    if not (0 <= a.clip_low < 1 and a.clip_high >= 0):
+        raise ConfigError(f"algo.clip_low must be in [0, 1) and algo.clip_high >= 0, got {a.clip_low}, {a.clip_high}")
+    if a.clip_ratio_c is not None and a.clip_ratio_c <= 1:
+        raise ConfigError(f"algo.clip_ratio_c must be > 1 (or null), got {a.clip_ratio_c}")
+    if a.kl_coef < 0:
+        raise ConfigError(f"algo.kl_coef must be >= 0, got {a.kl_coef}")
+    if a.overlong_shaping and not 0 < a.overlong_buffer_frac <= 1:
+        raise ConfigError(
+            f"algo.overlong_buffer_frac must be in (0, 1] (a fraction of rollout.max_new_tokens), got "
+            f"{a.overlong_buffer_frac}: a buffer longer than the max response length is an error, not a clamp"
+        )
+    if a.ref_update_every < 0 or t.max_steps < 0 or t.eval_every < 0 or t.warmup_steps < 0:
+        raise ConfigError("algo.ref_update_every, trainer.max_steps, trainer.eval_every, trainer.warmup_steps must be >= 0")
+    if r.temperature <= 0 or not 0 < r.top_p <= 1:
+        raise ConfigError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {r.temperature}, {r.top_p}")
+
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+def resolve_model_path(path: str) -> str:
+    """'builtin:<name>' -> the folder shipped inside the package; anything else unchanged."""
+    if path.startswith("builtin:"):
+        name = path.removeprefix("builtin:")
+        folder = ASSETS / name
+        if not folder.is_dir():
+            shipped = sorted(p.name for p in ASSETS.iterdir() if p.is_dir())
+            raise ConfigError(f"model.path: no built-in model '{name}'; built-in models: {', '.join(shipped)}")
+        return str(folder)
+    return path

@@ -1,0 +1,74 @@
+"""Reduce and log per-step metrics: metrics.jsonl, a live console line, and wandb if asked."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class MetricsLogger:
+    """One JSON object per optimizer step in `metrics.jsonl`; the same dict to wandb."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        max_steps: int,
+        progress: bool,
+        wandb_project: str | None,
+        config: dict[str, Any],
+        stream: TextIO = sys.stdout,
+    ) -> None:
+        self.path = output_dir / "metrics.jsonl"
+        self.file = self.path.open("a")
+        self.max_steps = max_steps
+        self.live = progress and stream.isatty()
+        self.stream = stream
+        self.start = time.monotonic()
+        self.last_accuracy: float | None = None
+        self.wandb_run = None
+        if wandb_project is not None:
+            import wandb  # only when asked: it is slow to import
+
+            self.wandb_run = wandb.init(project=wandb_project, dir=str(output_dir), config=config)
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        """Append one step's metrics (must hold 'step') and refresh the progress line."""
+        self.file.write(json.dumps(metrics) + "\n")
+        self.file.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in metrics.items() if k != "step"}, step=metrics["step"])
+        if "eval/accuracy" in metrics:
+            self.last_accuracy = metrics["eval/accuracy"]
+        self._progress(metrics)
+
+    def _progress(self, m: dict[str, Any]) -> None:
+        step = m["step"]
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / max(step, 1) * (self.max_steps - step)
+        acc = "-" if self.last_accuracy is None else f"{self.last_accuracy:.3f}"
+        line = (
+            f"step {step}/{self.max_steps} | reward {m.get('reward/mean', math.nan):.3f} | eval acc {acc} | "
+            f"{m.get('perf/tokens_per_s', 0.0):,.0f} tok/s | ETA {_clock(eta)}"
+        )
+        if self.live:
+            self.stream.write("\r" + line.ljust(100))
+        elif step % 10 == 0 or step == self.max_steps or "eval/accuracy" in m:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+        self.file.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s"

@@ -1,0 +1,111 @@
+"""The only module that imports vllm: generate, load weights, reset the prefix cache.
+
+The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so the learner can push
+weights into it directly after every optimizer step, with no serialization.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import torch
+
+# In-process engine: direct weight updates need the model in this process (set before vllm import).
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+from vllm import LLM, SamplingParams  # noqa: E402
+
+from rlvr.types import Completion  # noqa: E402
+
+
+class Engine:
+    """One vLLM engine holding a copy of the policy for sampling."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        seed: int,
+        max_model_len: int,
+        dtype: str,
+        gpu_memory_utilization: float,
+        cpu_kv_cache_gib: int,
+        distributed: bool = False,
+    ) -> None:
+        if not torch.cuda.is_available():
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gib))
+        self.llm = LLM(
+            model=model_path,
+            seed=seed,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=True,  # weights change every step; graph capture buys little for RL rollouts
+            # under torchrun each rank owns a tensor-parallel-1 engine in its own process group
+            distributed_executor_backend="external_launcher" if distributed else None,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        seeds: list[int],
+    ) -> list[list[Completion]]:
+        """Sample `n` completions per prompt; one seed per prompt makes sampling reproducible."""
+        params = [
+            SamplingParams(
+                n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=s, logprobs=0
+            )
+            for s in seeds
+        ]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [
+            [
+                Completion(
+                    prompt_ids=list(out.prompt_token_ids),
+                    token_ids=list(c.token_ids),
+                    text=c.text,
+                    finish_reason=c.finish_reason or "length",
+                    engine_logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], c.token_ids)],
+                )
+                for c in out.outputs
+            ]
+            for out in outputs
+        ]
+
+    def greedy(self, prompts: list[str], *, max_tokens: int) -> list[str]:
+        """Greedy decoding (evaluation)."""
+        params = SamplingParams(n=1, max_tokens=max_tokens, temperature=0.0)
+        return [out.outputs[0].text for out in self.llm.generate(prompts, params, use_tqdm=False)]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the engine's weights (checkpoint names) and drop cached prefixes of the old ones."""
+        self.llm.collective_rpc(
+            "reload_weights",
+            kwargs={"weights_iterator": iter(named_tensors), "is_checkpoint_format": True},
+        )
+        if not torch.cuda.is_available():
+            self.llm.collective_rpc(_repack_cpu_embeddings)
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+
+
+def _repack_cpu_embeddings(worker) -> None:  # type: ignore[no-untyped-def]
+    """Re-pack embedding-type layers' GEMM weights after a reload (runs inside the vLLM worker).
+
+    On CPU, vLLM 0.32 packs a copy of each embedding/LM-head weight for its GEMM kernel when the
+    model loads. `reload_weights` refreshes a tied LM head's weight but not that packed copy (the
+    head never receives a checkpoint tensor of its own), so sampling would keep using the old
+    output projection. Re-running the layer's post-load step re-packs it from the current weight.
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    for module in worker.model_runner.model.modules():
+        if isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod):
+            module.quant_method.process_weights_after_loading(module)

@@ -1,0 +1,1 @@
+"""Built-in synthetic tasks: they generate prompts AND know their answers."""

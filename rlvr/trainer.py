@@ -1,0 +1,285 @@
+"""The loop, top to bottom: rollout -> verify -> (refill) -> advantages -> updates -> push weights.
+
+One call of `train` is one run. Each step follows docs/DESIGN.md, "The loop", steps 1-9.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from transformers import AutoConfig, AutoTokenizer
+
+from rlvr import algo
+from rlvr.config import Advantage, Config, FilterMetric, resolve_model_path
+from rlvr.data import PromptStream, Verifier, load_task
+from rlvr.learner import Learner
+from rlvr.metrics import MetricsLogger
+from rlvr.rollout import Engine
+from rlvr.types import Completion, Example, RolloutBatch
+from rlvr.verifiers import Outcome
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train(cfg: Config) -> Path:
+    """Run `cfg.trainer.max_steps` steps; return the output folder."""
+    a, t = cfg.algo, cfg.trainer
+    out = Path(t.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
+
+    # Data, model, engine. The engine re-seeds the global RNGs when it starts, so seed after it.
+    train_set, eval_set, verify = load_task(cfg.data)
+    stream = PromptStream(train_set, t.seed)
+    model_path = resolve_model_path(cfg.model.path)
+    learner = Learner(
+        model_path,
+        dtype=cfg.model.dtype,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_steps,
+        grad_clip=t.grad_clip,
+        micro_batch_rows=t.micro_batch_rows,
+        with_reference=a.kl_coef > 0,
+    )
+    engine = Engine(
+        model_path,
+        seed=t.seed,
+        max_model_len=_max_model_len(model_path, train_set + eval_set, cfg.rollout.max_new_tokens),
+        dtype=cfg.rollout.dtype,
+        gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+        cpu_kv_cache_gib=cfg.rollout.cpu_kv_cache_gib,
+    )
+    seed_everything(t.seed)
+    logger = MetricsLogger(
+        out,
+        max_steps=t.max_steps,
+        progress=cfg.logger.progress,
+        wandb_project=cfg.logger.project if cfg.logger.wandb else None,
+        config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),  # type: ignore[arg-type]
+    )
+    logger.log({"step": 0, **evaluate(engine, eval_set, verify, cfg.rollout.max_new_tokens)})
+    loss_kwargs = dict(
+        ratio=a.ratio.value,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        clip_ratio_c=a.clip_ratio_c,
+        aggregation=a.aggregation.value,
+        max_len=cfg.rollout.max_new_tokens,
+        kl_coef=a.kl_coef,
+        kl_estimator=a.kl_estimator.value,
+    )
+
+    for step in range(1, t.max_steps + 1):
+        t_start = time.perf_counter()
+        # 1-4. Draw prompts, sample G answers each, verify, and (DAPO) refill until B groups are informative.
+        batch, metrics = collect(engine, stream, verify, cfg, step)
+        t_rollout = time.perf_counter()
+        if batch is None:
+            logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start})
+            continue
+
+        # 5. Group-relative advantages; overlong filtering removes truncated responses from the loss.
+        G = a.group_size
+        advantages = algo.group_advantages(
+            batch.rewards, G, scale_by_std=a.advantage is Advantage.group_norm
+        )  # [N]
+        mask = batch.response_mask  # [N, T]
+        if a.overlong_filter:
+            mask = mask * (~batch.truncated)[:, None]
+
+        # 6. pi_old and pi_ref logprobs from the learner (pi_old = the weights that sampled the batch).
+        num_groups = batch.num_rows // G
+        minibatches = math.ceil(num_groups / a.prompts_per_minibatch)
+        old = learner.logprobs(batch) if minibatches * a.epochs > 1 else None  # [N, T]
+        ref = learner.logprobs(batch, reference=True) if a.kl_coef > 0 else None  # [N, T]
+
+        # 7. mu epochs over mini-batches of whole groups, shuffled per epoch: one optimizer update each.
+        update_metrics: list[dict[str, float]] = []
+        order_rng = torch.Generator().manual_seed(t.seed * 1_000_003 + step)
+        for _ in range(a.epochs):
+            group_order = torch.randperm(num_groups, generator=order_rng)  # [num_groups]
+            for k in range(minibatches):
+                groups = group_order[k * a.prompts_per_minibatch : (k + 1) * a.prompts_per_minibatch]
+                rows = (groups[:, None] * G + torch.arange(G)[None, :]).reshape(-1)  # [n]
+                update_metrics.append(
+                    learner.update(
+                        batch.select(rows),
+                        advantages[rows],
+                        mask[rows],
+                        None if old is None else old[rows],
+                        None if ref is None else ref[rows],
+                        loss_kwargs=loss_kwargs,
+                    )
+                )
+        t_update = time.perf_counter()
+
+        # 8. Push the new weights into the engine (its prefix cache is reset there).
+        engine.load_weights(learner.named_weights())
+        t_sync = time.perf_counter()
+
+        # 9. Reference refresh, metrics, evaluation.
+        if a.ref_update_every and step % a.ref_update_every == 0:
+            learner.refresh_reference()
+        metrics.update({f"actor/{k}": v for k, v in _mean_dicts(update_metrics).items()})
+        metrics["actor/updates"] = len(update_metrics)
+        metrics["adv/mean"] = advantages.mean().item()
+        metrics["adv/std"] = advantages.std().item() if advantages.numel() > 1 else 0.0
+        if old is not None:
+            metrics["rollout/logprob_mismatch"] = algo.masked_mean(
+                (old - batch.engine_logprobs).abs(), batch.response_mask
+            ).item()
+        step_s = time.perf_counter() - t_start
+        metrics.update(
+            {
+                "timing/rollout_s": t_rollout - t_start,
+                "timing/update_s": t_update - t_rollout,
+                "timing/sync_s": t_sync - t_update,
+                "timing/step_s": step_s,
+                "perf/tokens_per_s": metrics["perf/generated_tokens"] / step_s,
+            }
+        )
+        if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
+            metrics.update(evaluate(engine, eval_set, verify, cfg.rollout.max_new_tokens))
+        logger.log({"step": step, **metrics})
+
+    learner.save(out / "model")
+    logger.close()
+    del engine  # vLLM's shutdown tears down process groups: drop it before anything else does
+    return out
+
+
+def collect(
+    engine: Engine, stream: PromptStream, verify: Verifier, cfg: Config, step: int
+) -> tuple[RolloutBatch | None, dict[str, float]]:
+    """Roll out until B informative groups are kept (or the round cap): steps 1-4 of the loop.
+
+    Without dynamic sampling this is one round of B prompts, all kept. With it, each round draws B
+    more prompts; groups whose filter metric is identical across all G are dropped; the kept groups
+    are trimmed to exactly B. After `max_gen_batches` rounds the step trains on what was kept, and
+    returns None (a skipped step) if nothing was.
+    """
+    a, r = cfg.algo, cfg.rollout
+    G, B = a.group_size, a.prompts_per_step
+    rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
+    kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
+    drawn = generated = zero_spread = 0
+    outcome_counts = {o: 0 for o in Outcome}
+    all_rewards: list[torch.Tensor] = []
+    lengths: list[int] = []
+    for round_ in range(rounds):
+        if len(kept) >= B:
+            break
+        examples = stream.take(B)
+        seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(B).tolist()
+        groups = engine.generate(
+            [e.prompt for e in examples],
+            n=G,
+            max_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            seeds=[s & 0x7FFFFFFF for s in seeds],
+        )
+        flat = [c for g in groups for c in g]
+        outcomes = [_safe_verify(verify, c.text, ex.answer) for ex, g in zip(examples, groups) for c in g]
+        rewards, correct = _rewards(flat, outcomes, cfg)  # [n*G], [n*G]
+        metric = correct if a.filter_metric is FilterMetric.correctness else rewards
+        informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(B, dtype=torch.bool)
+        for i in torch.nonzero(informative)[:, 0].tolist():
+            kept.append((groups[i], rewards[i * G : (i + 1) * G], correct[i * G : (i + 1) * G]))
+        drawn += B
+        generated += sum(len(c.token_ids) for c in flat)
+        zero_spread += int((~algo.informative_groups(rewards, G)).sum())
+        for o in outcomes:
+            outcome_counts[o] += 1
+        all_rewards.append(rewards)
+        lengths += [len(c.token_ids) for c in flat]
+    kept = kept[:B]
+    sampled_rewards = torch.cat(all_rewards)  # [drawn*G]
+    metrics = {
+        "reward/mean": sampled_rewards.mean().item(),
+        "reward/correct_frac": outcome_counts[Outcome.CORRECT] / (drawn * G),
+        "reward/no_answer_frac": outcome_counts[Outcome.NO_ANSWER] / (drawn * G),
+        "reward/zero_spread_group_frac": zero_spread / drawn,
+        "response_length/mean": sum(lengths) / len(lengths),
+        "response_length/max": max(lengths),
+        "response_length/truncated_frac": sum(n >= r.max_new_tokens for n in lengths) / len(lengths),
+        "sampling/rounds": len(all_rewards),
+        "sampling/kept_group_frac": len(kept) / drawn,
+        "sampling/kept_groups": len(kept),
+        "perf/generated_tokens": generated,
+    }
+    if not kept:
+        metrics["skip_reason"] = "no informative group after max_gen_batches rounds"  # type: ignore[assignment]
+        return None, metrics
+    completions = [c for g, _, _ in kept for c in g]
+    batch = RolloutBatch.from_completions(
+        completions,
+        rewards=torch.cat([rw for _, rw, _ in kept]).tolist(),
+        correct=torch.cat([co for _, _, co in kept]).bool().tolist(),
+        pad_id=engine.tokenizer.pad_token_id or 0,
+    )
+    metrics["batch/tokens"] = int(batch.response_mask.sum())
+    return batch, metrics
+
+
+def _safe_verify(verify: Verifier, text: str, answer: str) -> Outcome:
+    """A verifier that raises costs this sample its reward (NO_ANSWER), never the run."""
+    try:
+        return verify(text, answer)
+    except Exception:  # noqa: BLE001 - any failure of a reward function is one sample's problem
+        return Outcome.NO_ANSWER
+
+
+def _rewards(
+    completions: list[Completion], outcomes: list[Outcome], cfg: Config
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards [n] (outcome reward + DAPO's overlong shaping if on) and correctness [n] in {0, 1}."""
+    value = {
+        Outcome.CORRECT: cfg.reward.correct,
+        Outcome.INCORRECT: cfg.reward.incorrect,
+        Outcome.NO_ANSWER: cfg.reward.no_answer,
+    }
+    rewards = torch.tensor([value[o] for o in outcomes])  # [n]
+    correct = torch.tensor([float(o is Outcome.CORRECT) for o in outcomes])  # [n]
+    if cfg.algo.overlong_shaping:
+        max_len = cfg.rollout.max_new_tokens
+        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)  # [n]
+        rewards = rewards + algo.overlong_penalty(
+            lengths,
+            max_len=max_len,
+            buffer=cfg.algo.overlong_buffer_frac * max_len,
+            factor=cfg.algo.overlong_factor,
+        )
+    return rewards, correct
+
+
+def evaluate(engine: Engine, examples: list[Example], verify: Verifier, max_new_tokens: int) -> dict[str, float]:
+    """Greedy accuracy on the held-out set."""
+    texts = engine.greedy([e.prompt for e in examples], max_tokens=max_new_tokens)
+    correct = sum(_safe_verify(verify, text, e.answer) is Outcome.CORRECT for text, e in zip(texts, examples))
+    return {"eval/accuracy": correct / len(examples)}
+
+
+def _max_model_len(model_path: str, examples: list[Example], max_new_tokens: int) -> int:
+    """Longest prompt + max_new_tokens, within the model's context."""
+    tok = AutoTokenizer.from_pretrained(model_path)
+    longest = max(len(ids) for ids in tok([e.prompt for e in examples], add_special_tokens=True)["input_ids"])
+    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", longest + max_new_tokens)
+    return min(context, longest + max_new_tokens)
+
+
+def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
+    keys = dicts[0].keys() if dicts else []
+    return {k: sum(d[k] for d in dicts) / len(dicts) for k in keys}

@@ -1,0 +1,89 @@
+"""The few types that cross module boundaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt with its ground-truth answer."""
+
+    id: str
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled answer to one prompt, as the engine returned it."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]  # generated tokens, EOS included when the engine stopped on it
+    text: str
+    finish_reason: str  # "stop" | "length"
+    engine_logprobs: list[float]  # sampled-token logprobs from the engine (mismatch metric only)
+
+
+@dataclass
+class RolloutBatch:
+    """N = B*G sampled responses as padded tensors, G consecutive rows per prompt.
+
+    Row i is prompt + response, right-padded. Response token t of row i is input_ids[i, p_i + t]
+    and is predicted by the logits at position p_i + t - 1 = response_index[i, t].
+    """
+
+    input_ids: torch.Tensor  # [N, L] long
+    attention_mask: torch.Tensor  # [N, L] long
+    response_ids: torch.Tensor  # [N, T] long, pad where response_mask is 0
+    response_index: torch.Tensor  # [N, T] long, positions of the predicting logits (clamped in padding)
+    response_mask: torch.Tensor  # [N, T] float: 1 on tokens that count (EOS included)
+    rewards: torch.Tensor  # [N] float
+    correct: torch.Tensor  # [N] float, 1 where the verifier said correct
+    truncated: torch.Tensor  # [N] bool, finish reason "length"
+    engine_logprobs: torch.Tensor  # [N, T] float, the engine's sampled-token logprobs (metrics only)
+
+    @property
+    def num_rows(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, rows: torch.Tensor | slice) -> RolloutBatch:
+        """The batch restricted to some rows (a slice or an index tensor)."""
+        return RolloutBatch(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    @staticmethod
+    def from_completions(
+        completions: list[Completion], rewards: list[float], correct: list[bool], pad_id: int
+    ) -> RolloutBatch:
+        """Pad a flat list of completions (G consecutive per prompt) into tensors."""
+        n = len(completions)
+        width = max(len(c.prompt_ids) + len(c.token_ids) for c in completions)
+        t_max = max(1, max(len(c.token_ids) for c in completions))
+        input_ids = torch.full((n, width), pad_id, dtype=torch.long)  # [N, L]
+        attention_mask = torch.zeros((n, width), dtype=torch.long)  # [N, L]
+        response_ids = torch.full((n, t_max), pad_id, dtype=torch.long)  # [N, T]
+        response_mask = torch.zeros((n, t_max))  # [N, T]
+        engine_logprobs = torch.zeros((n, t_max))  # [N, T]
+        starts = torch.zeros(n, dtype=torch.long)  # [N]
+        for i, c in enumerate(completions):
+            p, r = len(c.prompt_ids), len(c.token_ids)
+            input_ids[i, : p + r] = torch.tensor(c.prompt_ids + c.token_ids)
+            attention_mask[i, : p + r] = 1
+            response_ids[i, :r] = torch.tensor(c.token_ids, dtype=torch.long)
+            response_mask[i, :r] = 1.0
+            engine_logprobs[i, : len(c.engine_logprobs)] = torch.tensor(c.engine_logprobs)
+            starts[i] = p
+        response_index = (starts[:, None] - 1 + torch.arange(t_max)[None, :]).clamp(max=width - 1)  # [N, T]
+        return RolloutBatch(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            response_ids=response_ids,
+            response_index=response_index,
+            response_mask=response_mask,
+            rewards=torch.tensor(rewards, dtype=torch.float32),
+            correct=torch.tensor(correct, dtype=torch.float32),
+            truncated=torch.tensor([c.finish_reason == "length" for c in completions]),
+            engine_logprobs=engine_logprobs,
+        )
