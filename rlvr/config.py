@@ -10,7 +10,7 @@ import difflib
 import enum
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
@@ -58,7 +58,7 @@ class AlgoConfig:
     ratio: Ratio = MISSING
     clip_low: float = MISSING
     clip_high: float = MISSING
-    clip_ratio_c: Optional[float] = MISSING  # dual clip for A < 0; null = off
+    clip_ratio_c: float | None = MISSING  # dual clip for A < 0; null = off
     aggregation: Aggregation = MISSING
     kl_coef: float = MISSING
     kl_estimator: KLEstimator = MISSING

@@ -15,7 +15,6 @@ from rlvr.types import Example
 from rlvr.verifiers import Outcome
 from rlvr.verifiers.arithmetic import verify as verify_arithmetic
 
-
 Verifier = Callable[[str, str], Outcome]  # (completion text, answer) -> Outcome
 
 

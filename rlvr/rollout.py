@@ -15,9 +15,17 @@ import torch
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
+import logging  # noqa: E402
+
 from vllm import LLM, SamplingParams  # noqa: E402
 
 from rlvr.types import Completion  # noqa: E402
+
+# Under Hydra the root logger is at INFO and vLLM's records propagate to it: keep vLLM to warnings.
+logging.getLogger("vllm").setLevel(logging.WARNING)
+# Every reload warns that the tied LM head and the rotary embedding got no checkpoint tensor. Both are
+# expected (the head is re-packed by _repack_cpu_embeddings; rotary has no weights), so silence that logger.
+logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
 
 
 class Engine:

@@ -65,9 +65,9 @@ def batch_tensors(examples, tok, device="cpu"):
     width = max(map(len, rows))
     ids = torch.full((len(rows), width), tok.pad_token_id)  # [B, L]
     lab = torch.full((len(rows), width), -100)  # [B, L]
-    for i, (r, l) in enumerate(zip(rows, labels)):
+    for i, (r, lb) in enumerate(zip(rows, labels)):
         ids[i, : len(r)] = torch.tensor(r)
-        lab[i, : len(l)] = torch.tensor(l)
+        lab[i, : len(lb)] = torch.tensor(lb)
     return ids.to(device), lab.to(device), (ids != tok.pad_token_id).to(device)
 
 

@@ -1,0 +1,30 @@
+"""Shared test settings: two cores, so every heavy test runs alone with explicit thread counts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_rlvr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m rlvr ...` in a fresh process (the CLI as users run it)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "rlvr", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def rlvr_cli():
+    return run_rlvr

@@ -1,0 +1,111 @@
+"""Rollout collection and DAPO dynamic sampling, with a scripted fake engine and verifier.
+
+FakeEngine stands in for vLLM here because these tests are about our refill logic (rounds,
+trimming, the cap, the skip), not about sampling; the real engine is tested in test_rollout.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from rlvr.cli import RECIPES
+from rlvr.config import validate
+from rlvr.data import PromptStream
+from rlvr.trainer import collect
+from rlvr.types import Completion, Example
+from rlvr.verifiers import Outcome
+
+G, B = 4, 3
+
+
+class FakeEngine:
+    """Returns, for prompt 'p<k>', G completions whose texts come from a script keyed by k."""
+
+    def __init__(self, script: dict[int, list[str]]) -> None:
+        self.script = script
+        self.calls = 0
+
+        class _Tok:
+            pad_token_id = 0
+
+        self.tokenizer = _Tok()
+
+    def generate(self, prompts, *, n, max_tokens, temperature, top_p, seeds):
+        self.calls += 1
+        assert n == G and len(seeds) == len(prompts)
+        return [
+            [
+                Completion(prompt_ids=[5, 6], token_ids=[7] * len(text) + [1], text=text,
+                           finish_reason="stop", engine_logprobs=[-0.5] * (len(text) + 1))
+                for text in self.script[int(p[1:])]
+            ]
+            for p in prompts
+        ]
+
+
+def scripted_verify(text: str, answer: str) -> Outcome:
+    if text == "boom":
+        raise RuntimeError("verifier crashed")
+    return Outcome.CORRECT if text == "ok" else Outcome.INCORRECT
+
+
+MIXED, ALL_OK, ALL_BAD = ["ok", "no", "no", "ok"], ["ok"] * 4, ["no"] * 4
+
+
+def make_cfg(dynamic: bool, max_gen_batches: int = 3):
+    with initialize_config_dir(config_dir=RECIPES, version_base=None):
+        raw = compose("config", overrides=[
+            "recipe=dapo", f"algo.group_size={G}", f"algo.prompts_per_step={B}", "algo.prompts_per_minibatch=1",
+            f"algo.dynamic_sampling={dynamic}", f"algo.max_gen_batches={max_gen_batches}",
+            "algo.overlong_shaping=false", "trainer.output_dir=/tmp/unused",
+        ])
+    return validate(raw)
+
+
+def stream_of(kinds: list[list[str]]) -> tuple[PromptStream, FakeEngine]:
+    examples = [Example(id=str(k), prompt=f"p{k}", answer="") for k in range(len(kinds))]
+    stream = PromptStream(examples, seed=0)
+    stream._order = list(range(len(kinds)))  # scripted order: prompt k is drawn k-th
+    return stream, FakeEngine(dict(enumerate(kinds)))
+
+
+def test_without_dynamic_sampling_one_round_keeps_everything():
+    stream, engine = stream_of([ALL_OK, MIXED, ALL_BAD])
+    batch, m = collect(engine, stream, scripted_verify, make_cfg(dynamic=False), step=1)
+    assert engine.calls == 1 and m["sampling/rounds"] == 1
+    assert batch is not None and batch.num_rows == B * G
+    assert batch.rewards.tolist() == [1.0] * 4 + [1.0, 0.0, 0.0, 1.0] + [0.0] * 4
+    assert m["reward/zero_spread_group_frac"] == pytest.approx(2 / 3)
+
+
+def test_refill_until_b_informative_groups_then_trim():
+    # round 1 keeps 1 of 3, round 2 keeps 3 more -> 4 kept, trimmed to B = 3
+    stream, engine = stream_of([ALL_OK, MIXED, ALL_BAD, MIXED, MIXED, MIXED, ALL_OK, ALL_OK, ALL_OK])
+    batch, m = collect(engine, stream, scripted_verify, make_cfg(dynamic=True), step=1)
+    assert engine.calls == 2 and m["sampling/rounds"] == 2
+    assert batch is not None and batch.num_rows == B * G
+    assert batch.correct.tolist() == [1.0, 0.0, 0.0, 1.0] * 3
+    assert m["sampling/kept_groups"] == 3 and m["sampling/kept_group_frac"] == pytest.approx(3 / 6)
+
+
+def test_cap_reached_trains_on_what_was_kept():
+    stream, engine = stream_of([MIXED, ALL_OK, ALL_BAD] + [ALL_OK] * 6)
+    batch, m = collect(engine, stream, scripted_verify, make_cfg(dynamic=True, max_gen_batches=3), step=1)
+    assert engine.calls == 3
+    assert batch is not None and batch.num_rows == 1 * G
+
+
+def test_nothing_kept_skips_the_step_without_raising():
+    stream, engine = stream_of([ALL_OK, ALL_BAD, ALL_OK] * 2)
+    batch, m = collect(engine, stream, scripted_verify, make_cfg(dynamic=True, max_gen_batches=2), step=1)
+    assert batch is None and engine.calls == 2
+    assert "no informative group" in m["skip_reason"]
+
+
+def test_a_crashing_verifier_costs_one_sample():
+    stream, engine = stream_of([["ok", "boom", "no", "ok"], MIXED, MIXED])
+    batch, m = collect(engine, stream, scripted_verify, make_cfg(dynamic=False), step=1)
+    assert batch is not None
+    assert batch.rewards[:4].tolist() == [1.0, 0.0, 0.0, 1.0]  # the crash scored as "no answer"
+    assert m["reward/no_answer_frac"] == pytest.approx(1 / 12)

@@ -1,0 +1,126 @@
+"""The config schema, the recipe files and the CLI's config errors (no model is loaded here)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+from rlvr.cli import RECIPES, check_overrides
+from rlvr.config import AlgoConfig, ConfigError, validate
+
+RECIPE_NAMES = ["grpo", "dr_grpo", "dapo", "gspo"]
+
+# docs/DESIGN.md, "Recipes": the values each recipe must state.
+TABLE = {
+    "grpo": dict(advantage="group_norm", ratio="token", clip_low=0.2, clip_high=0.2,
+                 aggregation="seq_mean_token_mean", kl_coef=0.04, dynamic_sampling=False, overlong_shaping=False),
+    "dr_grpo": dict(advantage="group_center", ratio="token", clip_low=0.2, clip_high=0.2,
+                    aggregation="seq_mean_token_sum_norm", kl_coef=0.0, dynamic_sampling=False, overlong_shaping=False),
+    "dapo": dict(advantage="group_norm", ratio="token", clip_low=0.2, clip_high=0.28,
+                 aggregation="token_mean", kl_coef=0.0, dynamic_sampling=True, overlong_shaping=True),
+    "gspo": dict(advantage="group_norm", ratio="sequence", clip_low=3e-4, clip_high=4e-4,
+                 aggregation="seq_mean_token_mean", kl_coef=0.0, dynamic_sampling=False, overlong_shaping=False),
+}
+
+
+def compose_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=RECIPES, version_base=None):
+        return compose("config", overrides=[*overrides, "trainer.output_dir=/tmp/unused"])
+
+
+@pytest.mark.parametrize("name", RECIPE_NAMES)
+def test_recipe_states_every_algorithm_field(name):
+    stated = yaml.safe_load((Path(RECIPES) / "recipe" / f"{name}.yaml").read_text())
+    assert set(stated) == {f.name for f in fields(AlgoConfig)}
+
+
+@pytest.mark.parametrize("name", RECIPE_NAMES)
+def test_recipe_matches_design_table(name):
+    cfg = validate(compose_cfg(f"recipe={name}"))
+    for key, expected in TABLE[name].items():
+        value = getattr(cfg.algo, key)
+        assert getattr(value, "value", value) == pytest.approx(expected), (name, key, value)
+    # several optimizer updates per rollout batch, or the clip is inert (ratio identically 1)
+    assert cfg.algo.prompts_per_step // cfg.algo.prompts_per_minibatch * cfg.algo.epochs > 1
+
+
+def test_missing_recipe_field_is_an_error():
+    raw = compose_cfg()
+    with open_dict(raw):
+        del raw.algo["clip_high"]
+    with pytest.raises(ConfigError, match="algo.clip_high"):
+        validate(raw)
+
+
+def test_invalid_enum_names_key_and_choices():
+    with pytest.raises(ConfigError, match=r"algo.ratio.*token, sequence, sequence_token"):
+        validate(compose_cfg("algo.ratio=tokn"))
+
+
+def test_wrong_type_names_key():
+    with pytest.raises(ConfigError, match="trainer.max_steps"):
+        validate(compose_cfg("trainer.max_steps=abc"))
+
+
+def test_unknown_key_suggests_the_right_one():
+    message = check_overrides(["algo.clip_hgh=0.3"])
+    assert message is not None and "algo.clip_hgh" in message and "Did you mean 'algo.clip_high'" in message
+    assert "algo.clip_low" in message  # lists the valid keys of the section
+    assert check_overrides(["algo.clip_high=0.3", "recipe=grpo", "--cfg", "job", "hydra.run.dir=x"]) is None
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("algo.overlong_buffer_frac=1.5", "algo.overlong_buffer_frac"),
+        ("algo.prompts_per_minibatch=7", "algo.prompts_per_minibatch"),
+        ("algo.clip_ratio_c=0.5", "algo.clip_ratio_c"),
+        ("algo.group_size=0", "algo.group_size"),
+    ],
+)
+def test_cross_field_checks_name_the_key(override, key):
+    with pytest.raises(ConfigError, match=key):
+        validate(compose_cfg(override))
+
+
+def test_cli_unknown_recipe_lists_choices(rlvr_cli, tmp_path):
+    t0 = time.monotonic()
+    result = rlvr_cli("train", "recipe=nope", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "recipe/nope" in result.stderr
+    for name in RECIPE_NAMES:
+        assert name in result.stderr
+    assert time.monotonic() - t0 < 30  # fails at composition, before anything heavy loads
+
+
+def test_cli_typo_fails_fast_with_suggestion(rlvr_cli, tmp_path):
+    result = rlvr_cli("train", "algo.clip_hgh=0.3", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "algo.clip_hgh" in result.stderr and "algo.clip_high" in result.stderr
+
+
+def test_cli_bad_enum_fails_before_model_load(rlvr_cli, tmp_path):
+    result = rlvr_cli("train", "algo.aggregation=mean", f"trainer.output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "algo.aggregation" in result.stderr and "token_mean" in result.stderr
+    assert not (tmp_path / "out").exists()  # nothing written for a run that never started
+
+
+def test_cli_prints_composed_config(rlvr_cli, tmp_path):
+    result = rlvr_cli("train", "recipe=gspo", "--cfg", "job", cwd=tmp_path)
+    assert result.returncode == 0
+    algo = yaml.safe_load(result.stdout)["algo"]
+    assert algo["ratio"] == "sequence" and algo["clip_low"] == pytest.approx(3e-4)
+
+
+def test_cli_help_lists_groups(rlvr_cli, tmp_path):
+    result = rlvr_cli("train", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "recipe: dapo, dr_grpo, grpo, gspo" in result.stdout
+    assert "logger: console, wandb" in result.stdout

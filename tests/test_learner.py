@@ -1,0 +1,75 @@
+"""The learner on the real tiny model: response logprobs, and updates invariant to micro-batch size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.config import resolve_model_path
+from rlvr.learner import Learner
+from rlvr.types import Completion, RolloutBatch
+
+MODEL = resolve_model_path("builtin:tiny-arith")
+
+
+def make_learner(micro_batch_rows: int, dtype: str = "float64") -> Learner:
+    torch.manual_seed(0)
+    return Learner(MODEL, dtype=dtype, lr=1e-2, weight_decay=0.0, warmup_steps=0, grad_clip=1e9,
+                   micro_batch_rows=micro_batch_rows, with_reference=False)
+
+
+def synthetic_batch(n: int = 6, seed: int = 0) -> RolloutBatch:
+    """Prompts and responses of uneven lengths (token ids drawn at random from the vocabulary)."""
+    g = torch.Generator().manual_seed(seed)
+    completions = []
+    for i in range(n):
+        p, r = 3 + i % 3, 1 + (i * 2) % 5
+        ids = torch.randint(3, 99, (p + r,), generator=g).tolist()
+        completions.append(Completion(prompt_ids=ids[:p], token_ids=ids[p:], text="", finish_reason="stop",
+                                      engine_logprobs=[0.0] * r))
+    return RolloutBatch.from_completions(completions, [float(i % 2) for i in range(n)], [False] * n, pad_id=0)
+
+
+def test_response_logprobs_match_unpadded_forward():
+    learner = make_learner(micro_batch_rows=4)
+    batch = synthetic_batch()
+    logp = learner.logprobs(batch)  # [N, T]
+    for i in range(batch.num_rows):
+        length = int(batch.attention_mask[i].sum())
+        ids = batch.input_ids[i : i + 1, :length]
+        r = int(batch.response_mask[i].sum())
+        full = torch.log_softmax(learner.model(input_ids=ids).logits[0].double(), -1)  # [L, V]
+        expected = full[length - r - 1 : length - 1].gather(-1, ids[0, length - r :, None])[:, 0]
+        torch.testing.assert_close(logp[i, :r].double(), expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "seq_mean_token_sum_norm", "token_mean"])
+def test_update_is_invariant_to_micro_batch_size(aggregation):
+    batch = synthetic_batch()
+    adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8, -0.4], dtype=torch.float64)
+    kwargs = dict(ratio="token", clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=8,
+                  kl_coef=0.0, kl_estimator="k3", clip_ratio_c=None)
+    params = []
+    for rows in (1, 2, 6):
+        learner = make_learner(micro_batch_rows=rows)
+        old = learner.logprobs(batch) + 0.1 * torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        metrics = learner.update(batch, adv, batch.response_mask, old, None, loss_kwargs=kwargs)
+        assert metrics["clip_frac"] > 0  # the clip is exercised
+        params.append(torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()]))
+    torch.testing.assert_close(params[0], params[2], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(params[1], params[2], rtol=1e-10, atol=1e-12)
+
+
+def test_single_update_has_ratio_exactly_one():
+    learner = make_learner(micro_batch_rows=6)
+    batch = synthetic_batch()
+    adv = torch.linspace(-1, 1, 6, dtype=torch.float64)
+    m = learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dict(
+        ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))
+    assert m["ratio_min"] == 1.0 and m["ratio_max"] == 1.0 and m["clip_frac"] == 0.0
+
+
+def test_named_weights_list_tied_weights_once():
+    names = [n for n, _ in make_learner(1, dtype="float32").named_weights()]
+    assert len(names) == len(set(names))
+    assert "model.embed_tokens.weight" in names
