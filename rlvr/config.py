@@ -48,6 +48,11 @@ class FilterMetric(str, enum.Enum):
     reward = "reward"  # the shaped reward
 
 
+class LRSchedule(str, enum.Enum):
+    constant = "constant"  # lr after warmup
+    cosine = "cosine"  # lr * (1 + cos(pi * progress)) / 2 after warmup, reaching 0 at the last update
+
+
 class Task(str, enum.Enum):
     arithmetic = "arithmetic"
 
@@ -114,6 +119,7 @@ class TrainerConfig:
     weight_decay: float = MISSING
     grad_clip: float = MISSING
     warmup_steps: int = MISSING
+    lr_schedule: LRSchedule = MISSING
     micro_batch_rows: int = MISSING
     eval_every: int = MISSING
     torch_threads: int = MISSING

@@ -8,7 +8,9 @@ the rollout engine, and saves a Hugging Face folder.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -24,10 +26,23 @@ def response_logprobs(
     """Logprobs of the response tokens under `model`: [N, T] (and the entropy [N, T] if asked)."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [N, L, V]
     index = batch.response_index[:, :, None].expand(-1, -1, logits.shape[-1])  # [N, T, V]
-    resp_logits = logits.gather(1, index).float()  # [N, T, V]
+    resp_logits = logits.gather(1, index)  # [N, T, V]
+    resp_logits = resp_logits.to(torch.promote_types(resp_logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
     logp = torch.log_softmax(resp_logits, dim=-1).gather(-1, batch.response_ids[:, :, None])[:, :, 0]  # [N, T]
     entropy = algo.entropy_from_logits(resp_logits.detach()) if with_entropy else None  # [N, T]
     return logp, entropy
+
+
+def lr_factor(update: int, *, warmup: int, total: int, schedule: str) -> float:
+    """Multiplier of the base lr at optimizer update `update` (0-based): linear warmup, then the schedule."""
+    if update < warmup:
+        return (update + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    if schedule == "cosine":
+        progress = min(1.0, (update - warmup) / max(1, total - warmup))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr_schedule {schedule!r}; valid choices: constant, cosine")
 
 
 class Learner:
@@ -41,6 +56,8 @@ class Learner:
         lr: float,
         weight_decay: float,
         warmup_steps: int,
+        lr_schedule: str,
+        total_updates: int,
         grad_clip: float,
         micro_batch_rows: int,
         with_reference: bool,
@@ -51,7 +68,7 @@ class Learner:
         self.reference = self._frozen_copy() if with_reference else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda i: min(1.0, (i + 1) / warmup_steps) if warmup_steps else 1.0
+            self.optimizer, partial(lr_factor, warmup=warmup_steps, total=total_updates, schedule=lr_schedule)
         )
         self.grad_clip = grad_clip
         self.micro_batch_rows = micro_batch_rows

@@ -49,6 +49,8 @@ def train(cfg: Config) -> Path:
         lr=t.lr,
         weight_decay=t.weight_decay,
         warmup_steps=t.warmup_steps,
+        lr_schedule=t.lr_schedule.value,
+        total_updates=t.max_steps * a.prompts_per_step // a.prompts_per_minibatch * a.epochs,
         grad_clip=t.grad_clip,
         micro_batch_rows=t.micro_batch_rows,
         with_reference=a.kl_coef > 0,

@@ -72,6 +72,17 @@ def test_saved_model_loads_in_transformers_and_vllm(runs):
     del engine
 
 
+def test_epochs_reference_refresh_and_overlong_filter(rlvr_cli, tmp_path):
+    """mu = 2 epochs over 16 mini-batches = 32 updates per step, pi_ref refreshed every step."""
+    out = tmp_path / "run"
+    result = rlvr_cli("train", "recipe=grpo", "algo.epochs=2", "algo.ref_update_every=1", "algo.overlong_filter=true",
+                      f"trainer.output_dir={out}", *FAST, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_metrics(out)[1:]
+    assert [r["actor/updates"] for r in rows] == [32, 32]
+    assert all(r["actor/kl"] >= 0.0 for r in rows)
+
+
 def test_sweep_runs_one_folder_per_job(rlvr_cli, tmp_path):
     sweep = tmp_path / "sweep"
     result = rlvr_cli("train", "-m", "recipe=grpo,dapo", "trainer.max_steps=1", "trainer.eval_every=0",

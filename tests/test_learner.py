@@ -14,7 +14,7 @@ MODEL = resolve_model_path("builtin:tiny-arith")
 
 def make_learner(micro_batch_rows: int, dtype: str = "float64") -> Learner:
     torch.manual_seed(0)
-    return Learner(MODEL, dtype=dtype, lr=1e-2, weight_decay=0.0, warmup_steps=0, grad_clip=1e9,
+    return Learner(MODEL, dtype=dtype, lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=1, grad_clip=1e9,
                    micro_batch_rows=micro_batch_rows, with_reference=False)
 
 
@@ -73,3 +73,31 @@ def test_named_weights_list_tied_weights_once():
     names = [n for n, _ in make_learner(1, dtype="float32").named_weights()]
     assert len(names) == len(set(names))
     assert "model.embed_tokens.weight" in names
+
+
+def test_reference_is_frozen_until_refreshed():
+    torch.manual_seed(0)
+    learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=1, grad_clip=1e9,
+                      micro_batch_rows=6, with_reference=True)
+    batch = synthetic_batch()
+    before = learner.logprobs(batch, reference=True)
+    kwargs = dict(ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8,
+                  kl_coef=0.04, kl_estimator="k3")
+    m = learner.update(batch, torch.linspace(-1, 1, 6, dtype=torch.float64), batch.response_mask, None,
+                       before, loss_kwargs=kwargs)
+    assert m["kl"] == 0.0  # pi_theta == pi_ref before the first update
+    torch.testing.assert_close(learner.logprobs(batch, reference=True), before)  # the update left pi_ref alone
+    assert (learner.logprobs(batch) - before).abs().max() > 1e-4  # but moved pi_theta
+    learner.refresh_reference()
+    torch.testing.assert_close(learner.logprobs(batch, reference=True), learner.logprobs(batch))
+
+
+def test_lr_schedule_values():
+    from rlvr.learner import lr_factor
+
+    assert [lr_factor(i, warmup=2, total=10, schedule="constant") for i in (0, 1, 5)] == [0.5, 1.0, 1.0]
+    assert lr_factor(2, warmup=2, total=10, schedule="cosine") == pytest.approx(1.0)
+    assert lr_factor(6, warmup=2, total=10, schedule="cosine") == pytest.approx(0.5)
+    assert lr_factor(10, warmup=2, total=10, schedule="cosine") == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="constant, cosine"):
+        lr_factor(3, warmup=0, total=10, schedule="linear")
