@@ -4,4 +4,5 @@ import sys
 
 from rlvr.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # verifier workers are spawned: they re-import this module and must not train
+    sys.exit(main())

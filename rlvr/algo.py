@@ -58,7 +58,7 @@ def informative_groups(scores: Tensor, group_size: int) -> Tensor:
     return (grouped != grouped[:, :1]).any(dim=1)  # [B]
 
 
-def overlong_penalty(lengths: Tensor, *, max_len: int, buffer: int, factor: float = 1.0) -> Tensor:
+def overlong_penalty(lengths: Tensor, *, max_len: int, buffer: float, factor: float = 1.0) -> Tensor:
     """DAPO soft overlong punishment, added to the reward (lengths: [N] generated tokens, buffer = L_cache):
 
     R_len = 0                                          if |o| <= L_max - L_cache

@@ -40,12 +40,12 @@ def check_overrides(args: list[str]) -> str | None:
 def _hydra_train(raw: DictConfig) -> None:
     try:
         cfg = validate(raw)
+        from rlvr.trainer import train  # heavy imports (torch, vllm) only once the config is valid
+
+        out = train(cfg)  # start-up checks (data, reward functions) raise ConfigError before any model loads
     except ConfigError as e:
         print(f"rlvr train: config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    from rlvr.trainer import train  # heavy imports (torch, vllm) only once the config is valid
-
-    out = train(cfg)
     print(f"done: outputs in {out}")
 
 

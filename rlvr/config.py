@@ -57,6 +57,13 @@ class Task(str, enum.Enum):
     arithmetic = "arithmetic"
 
 
+class VerifierName(str, enum.Enum):
+    task = "task"  # the task's own verifier
+    arithmetic = "arithmetic"
+    math = "math"  # boxed / "Answer:" / "####" answers, math-verify equivalence
+    countdown = "countdown"
+
+
 @dataclass
 class AlgoConfig:
     advantage: Advantage = MISSING
@@ -104,10 +111,21 @@ class DataConfig:
 
 
 @dataclass
+class RewardTerm:
+    fn: str = MISSING  # "package.module:function", (completion, answer) -> Outcome | float
+    weight: float = MISSING
+
+
+@dataclass
 class RewardConfig:
+    verifier: VerifierName = MISSING
+    fn: str | None = MISSING  # a user function replacing the verifier; null = the verifier
+    terms: list[RewardTerm] = MISSING  # extra weighted user terms added to the reward
     correct: float = MISSING
     incorrect: float = MISSING
     no_answer: float = MISSING
+    workers: int = MISSING  # verifier worker processes; 0 = in-process, no timeout
+    timeout_s: float = MISSING  # per-sample wall-clock limit
 
 
 @dataclass
@@ -179,7 +197,7 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
     """Merge a composed config into the typed schema, then run the cross-field checks."""
     raw_cfg = OmegaConf.create(raw) if isinstance(raw, dict) else raw
     if isinstance(raw_cfg, DictConfig):
-        raw_cfg = OmegaConf.masked_copy(raw_cfg, [k for k in raw_cfg if k != "hydra"])
+        raw_cfg = OmegaConf.masked_copy(raw_cfg, [str(k) for k in raw_cfg if k != "hydra"])
     try:
         merged = OmegaConf.merge(OmegaConf.structured(Config), raw_cfg)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
@@ -189,7 +207,7 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
     except MissingMandatoryValue as e:
         raise ConfigError(f"config key '{e.full_key}' has no value; set it in the recipe or on the command line") from None
     except OmegaConfBaseException as e:
-        raise ConfigError(f"invalid value for config key '{e.full_key}': {e.msg.splitlines()[0]}") from None
+        raise ConfigError(f"invalid value for config key '{e.full_key}': {(e.msg or str(e)).splitlines()[0]}") from None
     check(cfg)
     return cfg
 
@@ -208,6 +226,8 @@ def check(cfg: Config) -> None:
         "trainer.torch_threads": t.torch_threads,
         "data.eval_size": cfg.data.eval_size,
     }
+    if cfg.reward.workers < 0 or cfg.reward.timeout_s <= 0:
+        raise ConfigError(f"reward.workers must be >= 0 and reward.timeout_s > 0, got {cfg.reward.workers}, {cfg.reward.timeout_s}")
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be >= 1, got {value}")

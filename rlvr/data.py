@@ -7,21 +7,16 @@ The stream walks the training examples in a fresh seeded permutation per epoch; 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
-from rlvr.config import DataConfig, Task
+from rlvr.config import DataConfig, Task, VerifierName
 from rlvr.tasks import arithmetic
 from rlvr.types import Example
-from rlvr.verifiers import Outcome
-from rlvr.verifiers.arithmetic import verify as verify_arithmetic
-
-Verifier = Callable[[str, str], Outcome]  # (completion text, answer) -> Outcome
 
 
-def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], Verifier]:
-    """(training examples, held-out evaluation examples, verifier) of the configured task."""
+def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierName]:
+    """(training examples, held-out evaluation examples, the task's verifier) of the configured task."""
     if cfg.task is Task.arithmetic:
-        return arithmetic.train_examples(), arithmetic.eval_examples(cfg.eval_size), verify_arithmetic
+        return arithmetic.train_examples(), arithmetic.eval_examples(cfg.eval_size), VerifierName.arithmetic
     raise AssertionError(f"unhandled task {cfg.task}")
 
 

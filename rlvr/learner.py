@@ -141,7 +141,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         sums["entropy"] = entropy_sum / max(num_tokens.item(), 1.0)
         sums["grad_norm"] = grad_norm.item()
-        sums["lr"] = self.scheduler.get_last_lr()[0]
+        sums["lr"] = float(self.scheduler.get_last_lr()[0])
         return sums
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -47,7 +47,7 @@ class Engine:
         self.llm = LLM(
             model=model_path,
             seed=seed,
-            dtype=dtype,
+            dtype=dtype,  # type: ignore[arg-type]  # validated by vLLM: auto | float32 | bfloat16 ...
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=True,  # weights change every step; graph capture buys little for RL rollouts
@@ -77,11 +77,11 @@ class Engine:
         return [
             [
                 Completion(
-                    prompt_ids=list(out.prompt_token_ids),
+                    prompt_ids=list(out.prompt_token_ids or []),
                     token_ids=list(c.token_ids),
                     text=c.text,
                     finish_reason=c.finish_reason or "length",
-                    engine_logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], c.token_ids)],
+                    engine_logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], c.token_ids) if lp],
                 )
                 for c in out.outputs
             ]

@@ -17,12 +17,12 @@ from transformers import AutoConfig, AutoTokenizer
 
 from rlvr import algo
 from rlvr.config import Advantage, Config, FilterMetric, resolve_model_path
-from rlvr.data import PromptStream, Verifier, load_task
+from rlvr.data import PromptStream, load_task
 from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
+from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.types import Completion, Example, RolloutBatch
-from rlvr.verifiers import Outcome
 
 
 def seed_everything(seed: int) -> None:
@@ -39,9 +39,10 @@ def train(cfg: Config) -> Path:
     (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
 
-    # Data, model, engine. The engine re-seeds the global RNGs when it starts, so seed after it.
-    train_set, eval_set, verify = load_task(cfg.data)
+    # Data, verifier workers, model, engine. The engine re-seeds the global RNGs when it starts, so seed after it.
+    train_set, eval_set, task_verifier = load_task(cfg.data)
     stream = PromptStream(train_set, t.seed)
+    rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
     model_path = resolve_model_path(cfg.model.path)
     learner = Learner(
         model_path,
@@ -71,7 +72,7 @@ def train(cfg: Config) -> Path:
         wandb_project=cfg.logger.project if cfg.logger.wandb else None,
         config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),  # type: ignore[arg-type]
     )
-    logger.log({"step": 0, **evaluate(engine, eval_set, verify, cfg.rollout.max_new_tokens)})
+    logger.log({"step": 0, **evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens)})
     loss_kwargs = dict(
         ratio=a.ratio.value,
         clip_low=a.clip_low,
@@ -86,7 +87,7 @@ def train(cfg: Config) -> Path:
     for step in range(1, t.max_steps + 1):
         t_start = time.perf_counter()
         # 1-4. Draw prompts, sample G answers each, verify, and (DAPO) refill until B groups are informative.
-        batch, metrics = collect(engine, stream, verify, cfg, step)
+        batch, metrics = collect(engine, stream, rewarder, cfg, step)
         t_rollout = time.perf_counter()
         if batch is None:
             logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start})
@@ -153,17 +154,18 @@ def train(cfg: Config) -> Path:
             }
         )
         if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
-            metrics.update(evaluate(engine, eval_set, verify, cfg.rollout.max_new_tokens))
+            metrics.update(evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens))
         logger.log({"step": step, **metrics})
 
     learner.save(out / "model")
     logger.close()
+    rewarder.close()
     del engine  # vLLM's shutdown tears down process groups: drop it before anything else does
     return out
 
 
 def collect(
-    engine: Engine, stream: PromptStream, verify: Verifier, cfg: Config, step: int
+    engine: Engine, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int
 ) -> tuple[RolloutBatch | None, dict[str, float]]:
     """Roll out until B informative groups are kept (or the round cap): steps 1-4 of the loop.
 
@@ -177,9 +179,11 @@ def collect(
     rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
     kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
     drawn = generated = zero_spread = 0
-    outcome_counts = {o: 0 for o in Outcome}
+    correct_count = 0
+    reward_metrics: list[dict[str, float]] = []
     all_rewards: list[torch.Tensor] = []
     lengths: list[int] = []
+    truncated = 0
     for round_ in range(rounds):
         if len(kept) >= B:
             break
@@ -194,8 +198,8 @@ def collect(
             seeds=[s & 0x7FFFFFFF for s in seeds],
         )
         flat = [c for g in groups for c in g]
-        outcomes = [_safe_verify(verify, c.text, ex.answer) for ex, g in zip(examples, groups) for c in g]
-        rewards, correct = _rewards(flat, outcomes, cfg)  # [n*G], [n*G]
+        rewards, correct, scored = rewarder.score(flat, [ex.answer for ex in examples for _ in range(G)])  # [n*G]
+        reward_metrics.append(scored)
         metric = correct if a.filter_metric is FilterMetric.correctness else rewards
         informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(B, dtype=torch.bool)
         for i in torch.nonzero(informative)[:, 0].tolist():
@@ -203,25 +207,27 @@ def collect(
         drawn += B
         generated += sum(len(c.token_ids) for c in flat)
         zero_spread += int((~algo.informative_groups(rewards, G)).sum())
-        for o in outcomes:
-            outcome_counts[o] += 1
+        correct_count += int(correct.sum())
         all_rewards.append(rewards)
         lengths += [len(c.token_ids) for c in flat]
+        truncated += sum(c.finish_reason == "length" for c in flat)
     kept = kept[:B]
     sampled_rewards = torch.cat(all_rewards)  # [drawn*G]
     metrics = {
+        **_mean_dicts(reward_metrics),
         "reward/mean": sampled_rewards.mean().item(),
-        "reward/correct_frac": outcome_counts[Outcome.CORRECT] / (drawn * G),
-        "reward/no_answer_frac": outcome_counts[Outcome.NO_ANSWER] / (drawn * G),
+        "reward/correct_frac": correct_count / (drawn * G),
         "reward/zero_spread_group_frac": zero_spread / drawn,
         "response_length/mean": sum(lengths) / len(lengths),
         "response_length/max": max(lengths),
-        "response_length/truncated_frac": sum(n >= r.max_new_tokens for n in lengths) / len(lengths),
+        "response_length/truncated_frac": truncated / len(lengths),
         "sampling/rounds": len(all_rewards),
         "sampling/kept_group_frac": len(kept) / drawn,
         "sampling/kept_groups": len(kept),
         "perf/generated_tokens": generated,
     }
+    for key in ("verifier/timeouts", "verifier/errors"):  # counts over all rounds, not means
+        metrics[key] = sum(m[key] for m in reward_metrics)
     if not kept:
         metrics["skip_reason"] = "no informative group after max_gen_batches rounds"  # type: ignore[assignment]
         return None, metrics
@@ -236,42 +242,10 @@ def collect(
     return batch, metrics
 
 
-def _safe_verify(verify: Verifier, text: str, answer: str) -> Outcome:
-    """A verifier that raises costs this sample its reward (NO_ANSWER), never the run."""
-    try:
-        return verify(text, answer)
-    except Exception:  # noqa: BLE001 - any failure of a reward function is one sample's problem
-        return Outcome.NO_ANSWER
-
-
-def _rewards(
-    completions: list[Completion], outcomes: list[Outcome], cfg: Config
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rewards [n] (outcome reward + DAPO's overlong shaping if on) and correctness [n] in {0, 1}."""
-    value = {
-        Outcome.CORRECT: cfg.reward.correct,
-        Outcome.INCORRECT: cfg.reward.incorrect,
-        Outcome.NO_ANSWER: cfg.reward.no_answer,
-    }
-    rewards = torch.tensor([value[o] for o in outcomes])  # [n]
-    correct = torch.tensor([float(o is Outcome.CORRECT) for o in outcomes])  # [n]
-    if cfg.algo.overlong_shaping:
-        max_len = cfg.rollout.max_new_tokens
-        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)  # [n]
-        rewards = rewards + algo.overlong_penalty(
-            lengths,
-            max_len=max_len,
-            buffer=cfg.algo.overlong_buffer_frac * max_len,
-            factor=cfg.algo.overlong_factor,
-        )
-    return rewards, correct
-
-
-def evaluate(engine: Engine, examples: list[Example], verify: Verifier, max_new_tokens: int) -> dict[str, float]:
+def evaluate(engine: Engine, examples: list[Example], rewarder: Rewarder, max_new_tokens: int) -> dict[str, float]:
     """Greedy accuracy on the held-out set."""
     texts = engine.greedy([e.prompt for e in examples], max_tokens=max_new_tokens)
-    correct = sum(_safe_verify(verify, text, e.answer) is Outcome.CORRECT for text, e in zip(texts, examples))
-    return {"eval/accuracy": correct / len(examples)}
+    return {"eval/accuracy": sum(rewarder.outcomes(texts, [e.answer for e in examples])) / len(examples)}
 
 
 def _max_model_len(model_path: str, examples: list[Example], max_new_tokens: int) -> int:

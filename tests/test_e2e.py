@@ -60,7 +60,7 @@ def test_saved_model_loads_in_transformers_and_vllm(runs):
     folder = str(runs["gspo"][1] / "model")
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
-    prompts = ["12+34=", "50+7=", "88+19="]
+    prompts = ["12+34=", "50+07=", "88+19="]
     expected = []
     for p in prompts:
         ids = tok(p, return_tensors="pt", add_special_tokens=False)["input_ids"]

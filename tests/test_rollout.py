@@ -11,7 +11,7 @@ from rlvr.rollout import Engine
 from rlvr.types import RolloutBatch
 
 MODEL = resolve_model_path("builtin:tiny-arith")
-PROMPTS = ["12+34=", "3+5=", "99+99=", "7+70="]
+PROMPTS = ["12+34=", "03+05=", "99+99=", "07+70="]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,7 @@
-"""Two-digit addition: `a+b=` -> `a+b` in decimal.
+"""Two-digit addition in fixed width: `07+95=` -> `102`, `12+34=` -> `046`.
+
+Operands are written with two digits and sums with three, so every digit of every problem sits at
+the same position: a 1M-parameter character model learns one algorithm instead of one per layout.
 
 The 10,000 pairs (a, b) with 0 <= a, b <= 99 are split once, by a fixed seed that no
 run can change, into an evaluation pool of 1,000 pairs and a training pool of 9,000.
@@ -32,7 +35,7 @@ TRAIN_POOL, EVAL_POOL = _split()
 
 def example(index: int) -> Example:
     a, b = _pair(index)
-    return Example(id=f"add-{a}-{b}", prompt=f"{a}+{b}=", answer=str(a + b))
+    return Example(id=f"add-{a}-{b}", prompt=f"{a:02d}+{b:02d}=", answer=f"{a + b:03d}")
 
 
 def train_examples() -> list[Example]:

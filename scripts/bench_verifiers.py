@@ -1,0 +1,91 @@
+"""Math verifications per second through VerifierPool (target: >= 1,000/s on 2 workers).
+
+    OMP_NUM_THREADS=1 python scripts/bench_verifiers.py [--n 2000] [--workers 2] [--reps 3]
+
+A batch looks like a rollout: n / 16 prompts with 16 completions each, a few hundred characters of
+reasoning ending in a boxed answer written as the ground truth, another spelling of it (fraction vs
+decimal vs LaTeX), a wrong value, or an expression. Every repetition draws new numbers from a wide
+range, so the verifier's caches help mostly within a batch (same answers in one group), as in
+training; a small warm-up batch first pays the one-off sympy / parser start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shlex
+import statistics
+import sys
+import time
+from collections import Counter
+
+from rlvr.verifiers import Outcome
+from rlvr.verifiers.pool import VerifierPool
+
+FILLER = (
+    "First, let us restate the problem and name the unknown quantity. ",
+    "We substitute the given values into the equation and simplify both sides. ",
+    "Multiplying through by the common denominator removes the fractions. ",
+    "Checking the boundary cases shows that no other solution is possible. ",
+    "Combining like terms gives a linear equation that is easy to solve. ",
+)
+
+
+def _problem(rng: random.Random) -> tuple[str, list[str], list[str]]:
+    """(ground truth, correct spellings, wrong answers) for one random problem."""
+    kind = rng.randrange(4)
+    if kind == 0:  # integer
+        n = rng.randint(-500, 5000)
+        return str(n), [str(n), f"{n}.0", f"{n:,}"], [str(n + 1), str(-n - 1)]
+    if kind == 1:  # fraction
+        p, q = rng.randint(1, 999), rng.choice([2, 4, 5, 8, 16, 20, 25, 40])
+        return (
+            f"\\frac{{{p}}}{{{q}}}",
+            [f"\\dfrac{{{p}}}{{{q}}}", f"{p}/{q}", str(p / q)],
+            [f"\\frac{{{q}}}{{{p + q}}}"],
+        )
+    if kind == 2:  # surd
+        a, b = rng.randint(2, 99), rng.choice([2, 3, 5, 7, 11, 13])
+        return f"{a}\\sqrt{{{b}}}", [f"{a}\\sqrt{{{b}}}", f"\\sqrt{{{a * a * b}}}"], [f"{a + 1}\\sqrt{{{b}}}"]
+    a = rng.randint(1, 99)  # polynomial
+    return f"(x+{a})^2", [f"x^2+{2 * a}x+{a * a}", f"(x+{a})^2"], [f"x^2+{a}x+{a * a}"]
+
+
+def make_batch(n: int, seed: int, group: int = 16) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n // group):
+        gold, right, wrong = _problem(rng)
+        for _ in range(group):
+            answer = rng.choice(right) if rng.random() < 0.5 else rng.choice(wrong)
+            reasoning = "".join(rng.choice(FILLER) for _ in range(rng.randint(3, 6)))
+            pairs.append((f"{reasoning}Step {rng.randint(1, 99)}: so the answer is $\\boxed{{{answer}}}$.", gold))
+    return pairs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--timeout-s", type=float, default=5.0)
+    args = parser.parse_args()
+    print("command:", shlex.join([sys.executable, *sys.argv]))
+    start = time.perf_counter()
+    with VerifierPool("rlvr.verifiers.math:verify", workers=args.workers, timeout_s=args.timeout_s) as pool:
+        print(f"pool start: {time.perf_counter() - start:.2f} s ({args.workers} workers)")
+        pool.score(make_batch(16 * 4 * max(1, args.workers), seed=10_000))  # warm-up, not timed
+        rates = []
+        for rep in range(args.reps):
+            pairs = make_batch(args.n, seed=1 + rep)
+            start = time.perf_counter()
+            results, stats = pool.score(pairs)
+            seconds = time.perf_counter() - start
+            rates.append(len(pairs) / seconds)
+            counts = Counter(r.value if isinstance(r, Outcome) else "score" for r in results)
+            print(f"rep {rep}: {len(pairs)} in {seconds:.2f} s = {rates[-1]:,.0f}/s  {dict(counts)}  {stats}")
+    print(f"median: {statistics.median(rates):,.0f} verifications/s")
+
+
+if __name__ == "__main__":
+    main()

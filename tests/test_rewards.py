@@ -1,0 +1,63 @@
+"""The reward pipeline: verifier pool + user terms + overlong shaping, and its start-up errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from rlvr.cli import RECIPES
+from rlvr.config import ConfigError, VerifierName, validate
+from rlvr.rewards import Rewarder
+from rlvr.types import Completion
+
+
+def make_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=RECIPES, version_base=None):
+        return validate(compose("config", overrides=["trainer.output_dir=/tmp/unused", *overrides]))
+
+
+def completion(text: str, n_tokens: int) -> Completion:
+    return Completion(prompt_ids=[1], token_ids=[5] * n_tokens, text=text, finish_reason="stop",
+                      engine_logprobs=[0.0] * n_tokens)
+
+
+def test_verifier_terms_and_overlong_shaping_add_up():
+    cfg = make_cfg("recipe=dapo", "reward.workers=1", "reward.incorrect=-1.0",
+                   "+reward.terms=[{fn: 'user_rewards:length_score', weight: 0.5}]")
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
+    try:
+        # max_len 8, buffer 0.2 * 8 = 1.6: 7 tokens is inside the buffer, 8 is at the limit
+        batch = [completion("46", 3), completion("45", 7), completion("x", 8)]
+        rewards, correct, m = rewarder.score(batch, ["46", "46", "46"])
+    finally:
+        rewarder.close()
+    length_term = torch.tensor([1.0, 1.0, 1 / 2])  # user_rewards.length_score: 1 / (1 + |len diff|)
+    verifier = torch.tensor([1.0, -1.0, 0.0])  # correct, incorrect, no answer
+    overlong = torch.tensor([0.0, (6.4 - 7) / 1.6, -1.0])
+    torch.testing.assert_close(rewards, verifier + 0.5 * length_term + overlong)
+    assert correct.tolist() == [1.0, 0.0, 0.0]
+    assert m["reward/term/user_rewards:length_score"] == pytest.approx(length_term.mean().item())
+    assert m["verifier/timeouts"] == 0 and m["verifier/errors"] == 0
+
+
+def test_user_function_replaces_the_verifier():
+    cfg = make_cfg("reward.fn=user_rewards:exact", "reward.workers=0")
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
+    assert rewarder.outcomes(["7", " 7 ", "8"], ["7", "7", "7"]) == [True, True, False]
+
+
+@pytest.mark.parametrize("path, reason", [("no_such_module:fn", "not found"), ("user_rewards:nope", "no attribute"),
+                                          ("user_rewards", "package.module:function")])
+def test_bad_reward_path_is_a_config_error(path, reason):
+    cfg = make_cfg(f"reward.fn={path}")
+    with pytest.raises(ConfigError, match=reason) as e:
+        Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
+    assert "reward.fn" in str(e.value) and path in str(e.value)
+
+
+def test_cli_bad_reward_path_fails_before_model_load(rlvr_cli, tmp_path):
+    result = rlvr_cli("train", "reward.fn=no_such_module:fn", f"trainer.output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "reward.fn" in result.stderr and "no_such_module" in result.stderr
+    assert "Loading" not in result.stderr  # no model or engine was started
