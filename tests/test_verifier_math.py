@@ -176,3 +176,11 @@ def test_hostile_outputs_return_through_the_pool() -> None:
     assert stats.errors == 0 and stats.timeouts <= 2  # 9^{9^{9^{9}}} may run out its time; nothing else
     assert results[HOSTILE.index(f"{B}{{9^{{9^{{9^{{9}}}}}}}}")] is not Outcome.CORRECT
     assert elapsed < 2.0 * (stats.timeouts + 1) + 10.0  # every timeout costs about timeout_s, no more
+
+
+def test_format_score():
+    from rlvr.verifiers.math import format_score
+
+    assert format_score("so the answer is \\boxed{3}", "4") == 1.0  # the format term ignores correctness
+    assert format_score("Answer: 12", "12") == 1.0
+    assert format_score("I think it is three", "3") == 0.0

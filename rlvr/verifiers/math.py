@@ -188,3 +188,11 @@ class _DropTimeoutDisabledWarning(logging.Filter):
 
 for _name in ("math_verify.parser", "math_verify.grader"):
     logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
+
+
+def format_score(completion: str, answer: str) -> float:
+    """An optional format term: 1.0 when the completion states a final answer we can extract, else 0.0.
+
+    Use it as a weighted reward term: `'+reward.terms=[{fn: "rlvr.verifiers.math:format_score", weight: 0.1}]'`.
+    """
+    return 1.0 if extract_answer(completion) is not None else 0.0
