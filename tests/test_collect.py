@@ -7,9 +7,8 @@ trimming, the cap, the skip), not about sampling; the real engine is tested in t
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 
-from rlvr.cli import RECIPES
 from rlvr.config import validate
 from rlvr.data import PromptStream
 from rlvr.rewards import Rewarder
@@ -60,14 +59,11 @@ def run_collect(stream, engine, cfg):
 
 
 def make_cfg(dynamic: bool, max_gen_batches: int = 3):
-    with initialize_config_dir(config_dir=RECIPES, version_base=None):
-        raw = compose("config", overrides=[
-            "recipe=dapo", f"algo.group_size={G}", f"algo.prompts_per_step={B}", "algo.prompts_per_minibatch=1",
-            f"algo.dynamic_sampling={dynamic}", f"algo.max_gen_batches={max_gen_batches}",
-            "algo.overlong_shaping=false", "trainer.output_dir=/tmp/unused",
-            "reward.fn=test_collect:scripted_verify", "reward.workers=0",
-        ])
-    return validate(raw)
+    return validate(compose_config(
+        "recipe=dapo", f"algo.group_size={G}", f"algo.prompts_per_step={B}", "algo.prompts_per_minibatch=1",
+        f"algo.dynamic_sampling={dynamic}", f"algo.max_gen_batches={max_gen_batches}",
+        "algo.overlong_shaping=false", "reward.fn=test_collect:scripted_verify", "reward.workers=0",
+    ))
 
 
 def stream_of(kinds: list[list[str]]) -> tuple[PromptStream, FakeEngine]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 from omegaconf import open_dict
 
 from rlvr.cli import RECIPES, check_overrides
@@ -29,9 +29,7 @@ TABLE = {
 }
 
 
-def compose_cfg(*overrides: str):
-    with initialize_config_dir(config_dir=RECIPES, version_base=None):
-        return compose("config", overrides=[*overrides, "trainer.output_dir=/tmp/unused"])
+compose_cfg = compose_config
 
 
 @pytest.mark.parametrize("name", RECIPE_NAMES)

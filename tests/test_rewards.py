@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from conftest import compose_config
 
-from rlvr.cli import RECIPES
 from rlvr.config import ConfigError, VerifierName, validate
 from rlvr.rewards import Rewarder
 from rlvr.types import Completion
 
 
 def make_cfg(*overrides: str):
-    with initialize_config_dir(config_dir=RECIPES, version_base=None):
-        return validate(compose("config", overrides=["trainer.output_dir=/tmp/unused", *overrides]))
+    return validate(compose_config(*overrides))
 
 
 def completion(text: str, n_tokens: int) -> Completion:
