@@ -32,7 +32,8 @@ class Rewarder:
         # A bad import path fails here, before any model loads.
         self.primary = _pool("reward.fn", primary, cfg)
         self.terms = [(t.fn, t.weight, _pool(f"reward.terms[{i}].fn", t.fn, cfg)) for i, t in enumerate(cfg.terms)]
-        for pool in [self.primary] + [p for _, _, p in self.terms]:
+        self.pools = [self.primary] + [pool for _, _, pool in self.terms]
+        for pool in self.pools:
             pool.start()
 
     def value(self, result: Result) -> float:
@@ -74,7 +75,7 @@ class Rewarder:
         return rewards, correct, metrics
 
     def close(self) -> None:
-        for pool in [self.primary] + [p for _, _, p in self.terms]:
+        for pool in self.pools:
             pool.close()
 
 
