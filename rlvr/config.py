@@ -54,7 +54,19 @@ class LRSchedule(str, enum.Enum):
 
 
 class Task(str, enum.Enum):
-    arithmetic = "arithmetic"
+    arithmetic = "arithmetic"  # the built-in 2-digit addition task
+    file = "file"  # the user's dataset: data.path (a .jsonl/.json/.parquet/.csv file, or a hub dataset id)
+
+
+class LongPrompts(str, enum.Enum):
+    drop = "drop"  # prompts over data.max_prompt_tokens are dropped before training, with a count in the log
+    error = "error"  # any such prompt stops start-up, naming the file and row
+
+
+class Precision(str, enum.Enum):
+    auto = "auto"  # bf16 compute with fp32 master weights and reductions on GPU; fp32 on CPU
+    bf16 = "bf16"
+    fp32 = "fp32"
 
 
 class VerifierName(str, enum.Enum):
@@ -96,6 +108,7 @@ class RolloutConfig:
     dtype: str = MISSING
     gpu_memory_utilization: float = MISSING
     cpu_kv_cache_gib: int = MISSING
+    tensor_parallel_size: int = MISSING  # engine ranks per model copy under torchrun; 1 = one engine per rank
 
 
 @dataclass
@@ -107,7 +120,14 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     task: Task = MISSING
+    path: str | None = MISSING  # task=file: training rows
+    eval_path: str | None = MISSING  # task=file: held-out rows; null = the last eval_size rows of path
+    split: str = MISSING  # split name when path is a hub dataset id
+    prompt_key: str = MISSING  # task=file: the field holding the prompt text
+    answer_key: str = MISSING  # task=file: the field holding the ground-truth answer
     eval_size: int = MISSING
+    max_prompt_tokens: int = MISSING  # the prompt budget; 0 = no limit beyond the model's context
+    long_prompts: LongPrompts = MISSING
 
 
 @dataclass
@@ -141,6 +161,13 @@ class TrainerConfig:
     micro_batch_rows: int = MISSING
     eval_every: int = MISSING
     torch_threads: int = MISSING
+    precision: Precision = MISSING  # learner compute precision under FSDP2
+    activation_checkpointing: bool = MISSING
+    cpu_offload: bool = MISSING  # FSDP2 parameters, gradients and optimizer state on CPU
+    save_every: int = MISSING  # checkpoint every N steps (and at the end); 0 = at the end only
+    keep_last: int = MISSING  # complete checkpoints kept on disk
+    resume: str = MISSING  # auto (newest complete checkpoint in output_dir) | never | a checkpoint folder
+    max_bad_steps: int = MISSING  # consecutive steps with a non-finite loss/grad norm before the run stops
 
 
 @dataclass
@@ -224,6 +251,9 @@ def check(cfg: Config) -> None:
         "rollout.max_new_tokens": r.max_new_tokens,
         "trainer.micro_batch_rows": t.micro_batch_rows,
         "trainer.torch_threads": t.torch_threads,
+        "trainer.keep_last": t.keep_last,
+        "trainer.max_bad_steps": t.max_bad_steps,
+        "rollout.tensor_parallel_size": r.tensor_parallel_size,
         "data.eval_size": cfg.data.eval_size,
     }
     if cfg.reward.workers < 0 or cfg.reward.timeout_s <= 0:
@@ -247,8 +277,13 @@ def check(cfg: Config) -> None:
             f"algo.overlong_buffer_frac must be in (0, 1] (a fraction of rollout.max_new_tokens), got "
             f"{a.overlong_buffer_frac}: a buffer longer than the max response length is an error, not a clamp"
         )
-    if a.ref_update_every < 0 or t.max_steps < 0 or t.eval_every < 0 or t.warmup_steps < 0:
-        raise ConfigError("algo.ref_update_every, trainer.max_steps, trainer.eval_every, trainer.warmup_steps must be >= 0")
+    if min(a.ref_update_every, t.max_steps, t.eval_every, t.warmup_steps, t.save_every, cfg.data.max_prompt_tokens) < 0:
+        raise ConfigError(
+            "algo.ref_update_every, trainer.max_steps, trainer.eval_every, trainer.warmup_steps, trainer.save_every "
+            "and data.max_prompt_tokens must be >= 0"
+        )
+    if cfg.data.task is Task.file and not cfg.data.path:
+        raise ConfigError("data.path must name a dataset file (or a hub dataset id) when data.task=file")
     if r.temperature <= 0 or not 0 < r.top_p <= 1:
         raise ConfigError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {r.temperature}, {r.top_p}")
 
