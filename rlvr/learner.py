@@ -1,22 +1,27 @@
-"""The policy (and, when the KL term is on, a frozen reference) and its optimizer.
+"""The policy (and, when the KL term is on, a frozen reference) under FSDP2, and its optimizer.
 
-Computes response logprobs, takes one optimizer update per mini-batch (split into micro-batches
-whose losses sum to the mini-batch loss, see rlvr.algo.aggregate), yields the full weights for
-the rollout engine, and saves a Hugging Face folder.
+Every rank holds a shard of every parameter (`fully_shard` per decoder layer and at the root). Every
+rank is handed the same full batch; each computes logprobs for, and trains on, its own contiguous
+share of the rows, and the loss normalizers are the global counts (all-reduced), so the summed
+gradient over micro-batches and ranks is the full-batch gradient (rlvr.algo.aggregate). After the
+updates the full weights are gathered one parameter at a time for the rollout engine.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from rlvr import algo
+from rlvr import algo, distributed
 from rlvr.types import RolloutBatch
 
 
@@ -46,7 +51,7 @@ def lr_factor(update: int, *, warmup: int, total: int, schedule: str) -> float:
 
 
 class Learner:
-    """A causal LM trained by the clipped policy-gradient loss of rlvr.algo."""
+    """A causal LM trained by the clipped policy-gradient loss of rlvr.algo, sharded by FSDP2 over all ranks."""
 
     def __init__(
         self,
@@ -61,39 +66,84 @@ class Learner:
         grad_clip: float,
         micro_batch_rows: int,
         with_reference: bool,
+        precision: str = "auto",
+        activation_checkpointing: bool = False,
+        cpu_offload: bool = False,
     ) -> None:
+        distributed.init()
         self.model_path = model_path
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.device = distributed.device()
+        self.world_size = distributed.world_size()  # FSDP averages gradients over ranks; the loss is scaled by this
+        self.rank = distributed.rank()
+        if cpu_offload and self.device.type != "cuda":
+            raise ValueError("trainer.cpu_offload moves FSDP2 state from the GPU to the CPU; on a CPU-only machine it does nothing useful: set it to false")
+        bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
+        self.mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+        self.offload: OffloadPolicy = CPUOffloadPolicy(pin_memory=True) if cpu_offload else OffloadPolicy()
+        self.model = self._sharded(dtype, activation_checkpointing)
         self.model.train()
-        self.reference = self._frozen_copy() if with_reference else None
+        self.reference = self._sharded(dtype, False).eval().requires_grad_(False) if with_reference else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, partial(lr_factor, warmup=warmup_steps, total=total_updates, schedule=lr_schedule)
         )
         self.grad_clip = grad_clip
         self.micro_batch_rows = micro_batch_rows
-        self.world_size = 1  # FSDP averages gradients over ranks; the loss is scaled by this
 
-    def _frozen_copy(self) -> PreTrainedModel:
-        ref = copy.deepcopy(self.model).eval()
-        ref.requires_grad_(False)
-        return ref
+    def _sharded(self, dtype: str, activation_checkpointing: bool) -> PreTrainedModel:
+        """The model from `model_path`, fully_shard-ed per decoder layer and at the root, on this rank's device.
+
+        Every rank reads the full checkpoint into CPU memory first, then keeps only its shard.
+        """
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype))
+        if activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        layer_types = set(getattr(model, "_no_split_modules", None) or [])  # HF's name for the decoder block class
+        layers = [m for m in model.modules() if type(m).__name__ in layer_types]
+        if not layers:
+            raise ValueError(f"{self.model_path}: found no decoder layers to shard (model._no_split_modules={layer_types})")
+        for layer in layers:
+            fully_shard(layer, mesh=mesh, mp_policy=self.mp_policy, offload_policy=self.offload)
+        fully_shard(model, mesh=mesh, mp_policy=self.mp_policy, offload_policy=self.offload)
+        if not isinstance(self.offload, CPUOffloadPolicy):
+            torch.nn.Module.to(model, self.device)  # the shards (not through transformers' `to`, which mypy mis-types)
+        return model
+
+    def _my_rows(self, num_rows: int) -> slice:
+        """This rank's contiguous share of a batch that every rank holds in full."""
+        if num_rows % self.world_size:
+            raise ValueError(f"{num_rows} rows cannot be split evenly over {self.world_size} ranks")
+        share = num_rows // self.world_size
+        return slice(self.rank * share, (self.rank + 1) * share)
 
     def refresh_reference(self) -> None:
-        """pi_ref <- pi_theta."""
+        """pi_ref <- pi_theta (shard by shard: both models are sharded the same way)."""
         if self.reference is not None:
-            self.reference.load_state_dict(self.model.state_dict())
+            for model in (self.model, self.reference):
+                for module in model.modules():  # FSDP2 leaves the root's parameters gathered after a forward
+                    if isinstance(module, FSDPModule):
+                        module.reshard()
+            with torch.no_grad():
+                for ref, param in zip(self.reference.parameters(), self.model.parameters(), strict=True):
+                    ref.copy_(param)
 
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch, *, reference: bool = False) -> torch.Tensor:
-        """Response logprobs [N, T] under the policy (or the reference), in micro-batches."""
+        """Response logprobs [N, T] under the policy (or the reference): each rank computes its rows, then all share."""
         model = self.reference if reference else self.model
         assert model is not None, "no reference model: kl_coef is 0"
+        mine = batch.select(self._my_rows(batch.num_rows)).to(self.device)
         parts = [
-            response_logprobs(model, batch.select(slice(i, i + self.micro_batch_rows)))[0]
-            for i in range(0, batch.num_rows, self.micro_batch_rows)
+            response_logprobs(model, mine.select(slice(i, i + self.micro_batch_rows)))[0]
+            for i in range(0, mine.num_rows, self.micro_batch_rows)
         ]
-        return torch.cat(parts)  # [N, T]
+        local = torch.cat(parts)  # [N / world, T]
+        if self.world_size == 1:
+            return local.cpu()
+        gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        torch.distributed.all_gather(gathered, local)
+        return torch.cat(gathered).cpu()  # [N, T]
 
     def update(
         self,
@@ -105,52 +155,87 @@ class Learner:
         *,
         loss_kwargs: dict,
     ) -> dict[str, float]:
-        """One optimizer update on a mini-batch (advantages [n], mask [n, T], logprobs [n, T]).
+        """One optimizer update on a mini-batch (advantages [n], mask [n, T], logprobs [n, T]), the same on every rank.
 
-        old_logprobs None means pi_old = pi_theta (one update per rollout): the ratio is exactly 1.
-        The normalizers of the loss are this mini-batch's global counts, so the summed micro-batch
-        gradients equal the mini-batch gradient whatever micro_batch_rows is.
+        Each rank trains on its share of the rows. old_logprobs None means pi_old = pi_theta (one update per
+        rollout): the ratio is exactly 1. The normalizers are the mini-batch's global counts, so the summed
+        gradient over micro-batches and ranks is the mini-batch gradient whatever micro_batch_rows and the world size.
+        A non-finite gradient norm skips the optimizer step (`bad` = 1 in the metrics); the lr schedule still advances.
         """
-        num_tokens = mask.sum()  # [] all-reduced over ranks under FSDP
-        num_sequences = batch.num_rows * self.world_size
+        num_tokens = mask.sum()  # [] the same on every rank: each holds the whole mini-batch
+        num_sequences = batch.num_rows
+        num_nonempty = int((mask.sum(-1) > 0).sum())  # the units of sequence-ratio metrics
+        rows = self._my_rows(batch.num_rows)
+        batch, advantages, mask = batch.select(rows).to(self.device), advantages[rows].to(self.device), mask[rows].to(self.device)
+        old_logprobs = None if old_logprobs is None else old_logprobs[rows].to(self.device)
+        ref_logprobs = None if ref_logprobs is None else ref_logprobs[rows].to(self.device)
         sums: dict[str, float] = {}
         entropy_sum = 0.0
-        for i in range(0, batch.num_rows, self.micro_batch_rows):
-            rows = slice(i, i + self.micro_batch_rows)
-            logp, entropy = response_logprobs(self.model, batch.select(rows), with_entropy=True)  # [m, T]
+        starts = range(0, batch.num_rows, self.micro_batch_rows)
+        for i in starts:
+            micro = slice(i, i + self.micro_batch_rows)
+            assert isinstance(self.model, FSDPModule)
+            self.model.set_requires_gradient_sync(i == starts[-1])  # reduce-scatter once, after the last micro-batch
+            logp, entropy = response_logprobs(self.model, batch.select(micro), with_entropy=True)  # [m, T]
             loss, metrics = algo.policy_loss(
                 logp,
-                logp.detach() if old_logprobs is None else old_logprobs[rows],
-                advantages[rows],
-                mask[rows],
-                ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows],
+                logp.detach() if old_logprobs is None else old_logprobs[micro],
+                advantages[micro],
+                mask[micro],
+                ref_logprobs=None if ref_logprobs is None else ref_logprobs[micro],
                 num_sequences=num_sequences,
-                num_tokens=num_tokens,
+                num_tokens=num_tokens.to(self.device),
                 loss_scale=self.world_size,
                 **loss_kwargs,
             )
             loss.backward()
-            weight = mask[rows].sum().item() / max(num_tokens.item(), 1.0)  # token share of this micro-batch
+            # metrics are means over this micro-batch's units: weight each by its share of the mini-batch's units
+            token_share = mask[micro].sum().item() / max(num_tokens.item(), 1.0)
+            seq_share = (mask[micro].sum(-1) > 0).sum().item() / max(num_nonempty, 1)
+            unit_share = token_share if loss_kwargs["ratio"] == "token" else seq_share  # see algo.policy_loss
             for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + (v if k == "pg_loss" else v * weight)
+                sums[k] = sums.get(k, 0.0) + (v if k == "pg_loss" else v * (token_share if k == "kl" else unit_share))
             assert entropy is not None
-            entropy_sum += (entropy * mask[rows]).sum().item()
+            entropy_sum += (entropy * mask[micro]).sum().item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
+        if isinstance(grad_norm, DTensor):
+            grad_norm = grad_norm.full_tensor()
+        bad = not torch.isfinite(grad_norm).item()  # the same on every rank: the norm is global
+        if not bad:
+            self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        sums["entropy"] = entropy_sum / max(num_tokens.item(), 1.0)
-        sums["grad_norm"] = grad_norm.item()
-        sums["lr"] = float(self.scheduler.get_last_lr()[0])
-        return sums
+        # every rank's sums cover its rows, weighted by global counts: the global value is their sum
+        keys = sorted(sums)
+        totals = distributed.all_reduce_sum(torch.tensor([sums[k] for k in keys] + [entropy_sum], dtype=torch.float64))
+        out = dict(zip(keys, totals[:-1].tolist()))
+        out["entropy"] = totals[-1].item() / max(num_tokens.item(), 1.0)
+        out["grad_norm"] = grad_norm.item()
+        out["lr"] = float(self.scheduler.get_last_lr()[0])
+        out["bad"] = float(bad)
+        return out
 
+    @torch.no_grad()
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full weights in checkpoint names (tied weights once), for the rollout engine."""
+        """Full weights in checkpoint names (tied weights once), gathered one parameter at a time.
+
+        A collective: every rank must consume the whole iterator, in order. Peak extra memory is the
+        largest single parameter (the gather is bounded by it, not by the model).
+        """
         for name, param in self.model.named_parameters():
-            yield name, param.detach()
+            if isinstance(param, DTensor):
+                shard = cast(DTensor, param.detach().to(self.device))  # offloaded shards come to the device first
+                yield name, shard.full_tensor()  # all-gather this parameter's shards
+            else:  # the root's parameters stay gathered after a forward (FSDP2's heuristic for the root)
+                yield name, param.detach()
 
     def save(self, folder: Path) -> None:
-        """A Hugging Face folder (safetensors + config + tokenizer) that transformers and vLLM load."""
-        folder.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(folder, safe_serialization=True)
-        AutoTokenizer.from_pretrained(self.model_path).save_pretrained(folder)
+        """A Hugging Face folder (safetensors + config + tokenizer) that transformers and vLLM load; rank 0 writes it.
+
+        A collective (the full weights are gathered on every rank).
+        """
+        state = {name: tensor.cpu() for name, tensor in self.named_weights()}
+        if self.rank == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(folder, state_dict=state, safe_serialization=True)
+            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(folder)

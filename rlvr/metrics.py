@@ -21,8 +21,12 @@ class MetricsLogger:
         progress: bool,
         wandb_project: str | None,
         config: dict[str, Any],
+        enabled: bool = True,
         stream: TextIO = sys.stdout,
     ) -> None:
+        self.enabled = enabled  # under torchrun only rank 0 writes; the other ranks' loggers do nothing
+        if not enabled:
+            return
         self.path = output_dir / "metrics.jsonl"
         self.file = self.path.open("a")
         self.max_steps = max_steps
@@ -38,6 +42,8 @@ class MetricsLogger:
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Append one step's metrics (must hold 'step') and refresh the progress line."""
+        if not self.enabled:
+            return
         self.file.write(json.dumps(metrics) + "\n")
         self.file.flush()
         if self.wandb_run is not None:
@@ -62,6 +68,8 @@ class MetricsLogger:
         self.stream.flush()
 
     def close(self) -> None:
+        if not self.enabled:
+            return
         if self.live:
             self.stream.write("\n")
         self.file.close()

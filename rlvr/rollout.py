@@ -19,6 +19,7 @@ import logging  # noqa: E402
 
 from vllm import LLM, SamplingParams  # noqa: E402
 
+from rlvr import distributed  # noqa: E402
 from rlvr.types import Completion  # noqa: E402
 
 # Under Hydra the root logger is at INFO and vLLM's records propagate to it: keep vLLM to warnings.
@@ -40,8 +41,9 @@ class Engine:
         dtype: str,
         gpu_memory_utilization: float,
         cpu_kv_cache_gib: int,
-        distributed: bool = False,
+        tensor_parallel_size: int = 1,
     ) -> None:
+        distributed.init()  # the engine joins the run's process group (external_launcher), even in a world of one
         if not torch.cuda.is_available():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gib))
         self.llm = LLM(
@@ -51,8 +53,9 @@ class Engine:
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=True,  # weights change every step; graph capture buys little for RL rollouts
-            # under torchrun each rank owns a tensor-parallel-1 engine in its own process group
-            distributed_executor_backend="external_launcher" if distributed else None,
+            # one engine per rank (or per tensor_parallel_size consecutive ranks), inside torchrun's world
+            distributed_executor_backend="external_launcher",
+            tensor_parallel_size=tensor_parallel_size,
         )
         self.tokenizer = self.llm.get_tokenizer()
 
@@ -102,6 +105,11 @@ class Engine:
         if not torch.cuda.is_available():
             self.llm.collective_rpc(_repack_cpu_embeddings)
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+
+
+    def close(self) -> None:
+        """Shut the engine down now (it also tears down vLLM's process groups: call before leaving the run's)."""
+        self.llm.llm_engine.engine_core.shutdown()
 
 
 def _repack_cpu_embeddings(worker) -> None:  # type: ignore[no-untyped-def]

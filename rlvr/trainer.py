@@ -15,8 +15,8 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoTokenizer
 
-from rlvr import algo
-from rlvr.config import Advantage, Config, FilterMetric, resolve_model_path
+from rlvr import algo, distributed
+from rlvr.config import Advantage, Config, ConfigError, FilterMetric, resolve_model_path
 from rlvr.data import PromptStream, load_task
 from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
@@ -34,9 +34,12 @@ def seed_everything(seed: int) -> None:
 def train(cfg: Config) -> Path:
     """Run `cfg.trainer.max_steps` steps; return the output folder."""
     a, t = cfg.algo, cfg.trainer
-    out = Path(t.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    distributed.init()  # torchrun's process group, or a world of one
+    check_world(cfg, distributed.world_size())
+    out = Path(distributed.broadcast_object(t.output_dir))  # Hydra's timestamped folder may differ per rank: rank 0's
+    if distributed.is_main():
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
 
     # Data, verifier workers, model, engine. The engine re-seeds the global RNGs when it starts, so seed after it.
@@ -55,6 +58,9 @@ def train(cfg: Config) -> Path:
         grad_clip=t.grad_clip,
         micro_batch_rows=t.micro_batch_rows,
         with_reference=a.kl_coef > 0,
+        precision=t.precision.value,
+        activation_checkpointing=t.activation_checkpointing,
+        cpu_offload=t.cpu_offload,
     )
     engine = Engine(
         model_path,
@@ -63,6 +69,7 @@ def train(cfg: Config) -> Path:
         dtype=cfg.rollout.dtype,
         gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
         cpu_kv_cache_gib=cfg.rollout.cpu_kv_cache_gib,
+        tensor_parallel_size=cfg.rollout.tensor_parallel_size,
     )
     seed_everything(t.seed)
     logger = MetricsLogger(
@@ -71,8 +78,9 @@ def train(cfg: Config) -> Path:
         progress=cfg.logger.progress,
         wandb_project=cfg.logger.project if cfg.logger.wandb else None,
         config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),  # type: ignore[arg-type]
+        enabled=distributed.is_main(),
     )
-    logger.log({"step": 0, **evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens)})
+    logger.log({"step": 0, **evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size)})
     loss_kwargs = dict(
         ratio=a.ratio.value,
         clip_low=a.clip_low,
@@ -154,14 +162,28 @@ def train(cfg: Config) -> Path:
             }
         )
         if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
-            metrics.update(evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens))
+            metrics.update(evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size))
         logger.log({"step": step, **metrics})
 
     learner.save(out / "model")
     logger.close()
     rewarder.close()
-    del engine  # vLLM's shutdown tears down process groups: drop it before anything else does
+    engine.close()  # vLLM's shutdown tears down its process groups (and the default one): before ours
+    distributed.shutdown()
     return out
+
+
+def check_world(cfg: Config, world_size: int) -> None:
+    """Every rank must get whole groups and the same number of rows (FSDP2 collectives run in lock-step)."""
+    a, tp = cfg.algo, cfg.rollout.tensor_parallel_size
+    if world_size % tp:
+        raise ConfigError(f"rollout.tensor_parallel_size ({tp}) must divide the number of ranks ({world_size})")
+    if a.prompts_per_step % (world_size // tp) or a.prompts_per_minibatch % world_size:
+        raise ConfigError(
+            f"with {world_size} ranks, algo.prompts_per_step ({a.prompts_per_step}) must be a multiple of "
+            f"{world_size // tp} (ranks / rollout.tensor_parallel_size) and algo.prompts_per_minibatch "
+            f"({a.prompts_per_minibatch}) a multiple of {world_size}: each rank generates and trains on whole groups"
+        )
 
 
 def collect(
@@ -176,6 +198,10 @@ def collect(
     """
     a, r = cfg.algo, cfg.rollout
     G, B = a.group_size, a.prompts_per_step
+    tp = r.tensor_parallel_size
+    engines = distributed.world_size() // tp  # each engine (tp consecutive ranks) samples its share of the prompts
+    share = B // engines
+    mine = slice(distributed.rank() // tp * share, (distributed.rank() // tp + 1) * share)
     rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
     kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
     drawn = generated = zero_spread = 0
@@ -187,19 +213,24 @@ def collect(
     for round_ in range(rounds):
         if len(kept) >= B:
             break
-        examples = stream.take(B)
+        examples = stream.take(B)  # the same B on every rank: the stream is seeded alike
         seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(B).tolist()
-        groups = engine.generate(
-            [e.prompt for e in examples],
+        local = engine.generate(
+            [e.prompt for e in examples[mine]],
             n=G,
             max_tokens=r.max_new_tokens,
             temperature=r.temperature,
             top_p=r.top_p,
-            seeds=[s & 0x7FFFFFFF for s in seeds],
+            seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
         )
+        local_rewards = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)])
+        # every rank gets every engine's groups, in prompt order: from here on all ranks hold the same round
+        shares = distributed.all_gather_objects((local, *local_rewards))[::tp]
+        groups = [g for part in shares for g in part[0]]
+        rewards = torch.cat([part[1] for part in shares])  # [B*G]
+        correct = torch.cat([part[2] for part in shares])  # [B*G]
+        reward_metrics += [part[3] for part in shares]
         flat = [c for g in groups for c in g]
-        rewards, correct, scored = rewarder.score(flat, [ex.answer for ex in examples for _ in range(G)])  # [n*G]
-        reward_metrics.append(scored)
         metric = correct if a.filter_metric is FilterMetric.correctness else rewards
         informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(B, dtype=torch.bool)
         for i in torch.nonzero(informative)[:, 0].tolist():
@@ -212,6 +243,7 @@ def collect(
         lengths += [len(c.token_ids) for c in flat]
         truncated += sum(c.finish_reason == "length" for c in flat)
     kept = kept[:B]
+    kept = kept[: len(kept) - len(kept) % distributed.world_size()]  # a short batch still splits evenly over ranks
     sampled_rewards = torch.cat(all_rewards)  # [drawn*G]
     metrics = {
         **_mean_dicts(reward_metrics),
@@ -242,10 +274,16 @@ def collect(
     return batch, metrics
 
 
-def evaluate(engine: Engine, examples: list[Example], rewarder: Rewarder, max_new_tokens: int) -> dict[str, float]:
-    """Greedy accuracy on the held-out set."""
-    texts = engine.greedy([e.prompt for e in examples], max_tokens=max_new_tokens)
-    return {"eval/accuracy": sum(rewarder.outcomes(texts, [e.answer for e in examples])) / len(examples)}
+def evaluate(
+    engine: Engine, examples: list[Example], rewarder: Rewarder, max_new_tokens: int, tensor_parallel_size: int
+) -> dict[str, float]:
+    """Greedy accuracy on the held-out set; each engine decodes a strided share of it."""
+    engines = distributed.world_size() // tensor_parallel_size
+    mine = examples[distributed.rank() // tensor_parallel_size :: engines]
+    texts = engine.greedy([e.prompt for e in mine], max_tokens=max_new_tokens)
+    hits = sum(rewarder.outcomes(texts, [e.answer for e in mine]))
+    correct = sum(distributed.all_gather_objects(hits)[::tensor_parallel_size])
+    return {"eval/accuracy": correct / len(examples)}
 
 
 def _max_model_len(model_path: str, examples: list[Example], max_new_tokens: int) -> int:

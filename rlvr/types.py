@@ -53,6 +53,9 @@ class RolloutBatch:
         """The batch restricted to some rows (a slice or an index tensor)."""
         return RolloutBatch(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
+    def to(self, device: torch.device) -> RolloutBatch:
+        return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
     @staticmethod
     def from_completions(
         completions: list[Completion], rewards: list[float], correct: list[bool], pad_id: int

@@ -112,3 +112,30 @@ def test_wandb_offline_run_has_the_metrics(rlvr_cli, tmp_path):
             if key != "step":
                 assert h[key] == pytest.approx(value), key
     assert config["algo"]["kl_coef"] == pytest.approx(0.04) and config["trainer"]["max_steps"] == 2
+
+
+def test_torchrun_two_ranks_match_one_rank(runs, tmp_path):
+    """`torchrun --nproc_per_node=2`: two FSDP2 ranks, each with its own vLLM engine sampling half the prompts.
+    Per-prompt seeds make the samples those of the one-process run, so the first step's rewards are identical and
+    its losses equal up to float reordering; the model folder rank 0 writes loads in transformers."""
+    import os
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # two ranks on two cores
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rlvr", "train",
+           "recipe=grpo", f"trainer.output_dir={out}", "trainer.torch_threads=1", "reward.workers=1", *FAST]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_run_folder(out, "grpo")
+    one, two = read_metrics(runs["grpo"][1]), read_metrics(out)
+    assert two[0]["eval/accuracy"] == one[0]["eval/accuracy"]  # the two engines split the eval set, then sum
+    for key in ("reward/mean", "reward/correct_frac", "response_length/mean", "batch/tokens"):
+        assert two[1][key] == one[1][key], key
+    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/kl"):
+        assert two[1][key] == pytest.approx(one[1][key], rel=0.05), key
+    model = AutoModelForCausalLM.from_pretrained(out / "model")
+    assert model.config.tie_word_embeddings and sum(p.numel() for p in model.parameters()) > 1e6

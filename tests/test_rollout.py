@@ -40,7 +40,8 @@ def test_pushed_weights_are_the_ones_sampled_from(engine):
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in learner.model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=g))
+            local = p.to_local()  # FSDP2 shard: the whole tensor in a world of one
+            local.add_(0.05 * torch.randn(local.shape, generator=g))
     engine.load_weights(learner.named_weights())
     flat = sample(engine, [5, 6, 7, 8])
     batch = RolloutBatch.from_completions(flat, [0.0] * len(flat), [False] * len(flat), pad_id=0)
