@@ -1,23 +1,212 @@
-"""Examples for training and evaluation: a seeded, resumable stream of prompts.
+"""Examples for training and evaluation: the tasks' examples, the prompt budget, and a seeded, resumable stream.
 
-The stream walks the training examples in a fresh seeded permutation per epoch; its position
-(epoch, index) is all the state it has, so a checkpoint can restore it exactly.
+A file task reads the user's dataset (.jsonl/.json/.parquet/.csv, or a hub dataset id) and checks every row before
+any model loads: a bad row is a ConfigError naming the file, the row (the line, for JSON Lines) and the field.
+The stream walks the training examples in a fresh seeded permutation per epoch; its position (epoch, index) is all
+the state it has, so a checkpoint can restore it exactly.
 """
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 import random
+import re
+from pathlib import Path
+from typing import Any
 
-from rlvr.config import DataConfig, Task, VerifierName
+from rlvr.config import ConfigError, DataConfig, LongPrompts, Task, VerifierName
 from rlvr.tasks import arithmetic
 from rlvr.types import Example
+
+SUPPORTED = (".jsonl", ".json", ".parquet", ".csv")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # "name" or "org/name"
+
+Rows = list[tuple[int, dict[str, Any] | str]]  # (1-based row or line number, the row, or why it could not be parsed)
 
 
 def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierName]:
     """(training examples, held-out evaluation examples, the task's verifier) of the configured task."""
     if cfg.task is Task.arithmetic:
         return arithmetic.train_examples(), arithmetic.eval_examples(cfg.eval_size), VerifierName.arithmetic
+    if cfg.task is Task.file:
+        assert cfg.path, "config.check requires data.path when data.task=file"
+        examples = read_examples(cfg.path, "data.path", cfg.prompt_key, cfg.answer_key, cfg.split)
+        if cfg.eval_path:
+            held_out = read_examples(cfg.eval_path, "data.eval_path", cfg.prompt_key, cfg.answer_key, cfg.split)
+            return examples, held_out[: cfg.eval_size], VerifierName.math
+        if cfg.eval_size >= len(examples):
+            raise ConfigError(
+                f"data.eval_size ({cfg.eval_size}) leaves no training rows: {cfg.path} has {len(examples)} rows "
+                f"and the last data.eval_size are held out for evaluation; lower data.eval_size or set data.eval_path"
+            )
+        return examples[: -cfg.eval_size], examples[-cfg.eval_size :], VerifierName.math
     raise AssertionError(f"unhandled task {cfg.task}")
+
+
+def read_examples(path: str, key: str, prompt_key: str, answer_key: str, split: str) -> list[Example]:
+    """Every row of a dataset file (or hub dataset) as an Example; `key` is the config key that named it."""
+    unit, rows = _read_rows(path, key, (prompt_key, answer_key), split)
+    if not rows:
+        raise ConfigError(f"{key}: {path} has no rows")
+    name = Path(path).name if Path(path).expanduser().exists() else path  # a hub id names itself
+    examples, first_problem, bad = [], "", 0
+    for n, row in rows:
+        problem = row if isinstance(row, str) else _row_problem(row, prompt_key, answer_key)
+        if problem:
+            first_problem, bad = first_problem or f"{unit} {n}: {problem}", bad + 1
+            continue
+        assert isinstance(row, dict)
+        answer = row[answer_key]
+        examples.append(Example(f"{name}:{n}", row[prompt_key], answer if isinstance(answer, str) else str(answer)))
+    if bad:
+        raise ConfigError(f"{key}: {path} {first_problem} ({bad} of {len(rows)} {unit}s have problems)")
+    return examples
+
+
+def _row_problem(row: dict[str, Any], prompt_key: str, answer_key: str) -> str | None:
+    """Why one row cannot be an Example, or None if it can."""
+    for field, option in ((prompt_key, "data.prompt_key"), (answer_key, "data.answer_key")):
+        if field not in row:
+            return f"no field '{field}' ({option}); the row has: {', '.join(map(str, row)) or 'no fields'}"
+    prompt, answer = row[prompt_key], row[answer_key]
+    if not isinstance(prompt, str) or not prompt.strip():
+        return f"field '{prompt_key}' (data.prompt_key) must be a non-empty string, got {_show(prompt)}"
+    nan = isinstance(answer, float) and math.isnan(answer)  # a null in a pandas-written float column
+    if answer is None or nan or (isinstance(answer, str) and not answer.strip()):
+        return f"field '{answer_key}' (data.answer_key) is empty: got {_show(answer)}"
+    if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+        return f"field '{answer_key}' (data.answer_key) must be a string or a number, got {_show(answer)}"
+    return None
+
+
+def _show(value: Any) -> str:
+    """A value's type and a short repr, for error messages."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _read_rows(path: str, key: str, columns: tuple[str, str], split: str) -> tuple[str, Rows]:
+    """("line" | "row", the raw rows) of a local file by its extension, or of a hub dataset id."""
+    file = Path(path).expanduser()
+    suffix = file.suffix.lower()
+    if not file.exists() and HUB_ID.fullmatch(path) and suffix not in SUPPORTED:
+        return "row", _read_table(path, key, columns, "hub", split)
+    try:
+        with file.open("rb") as f:
+            data = f.read() if suffix in (".jsonl", ".json") else b""  # datasets reads the others itself
+    except OSError as e:
+        raise ConfigError(f"{key}: cannot read {path}: {e.strerror or e}") from None
+    if suffix == ".jsonl":
+        return "line", _jsonl_rows(data)
+    if suffix == ".json":
+        return _json_rows(data, path, key)
+    if suffix in (".parquet", ".csv"):
+        return "row", _read_table(path, key, columns, suffix, split)
+    raise ConfigError(f"{key}: {path} has an unsupported extension '{file.suffix}'; supported: {', '.join(SUPPORTED)}")
+
+
+def _jsonl_rows(data: bytes) -> Rows:
+    """One JSON object per line; blank lines are skipped but counted, so numbers are the file's line numbers."""
+    rows: Rows = []
+    for n, line in enumerate(data.split(b"\n"), 1):  # not splitlines(): U+2028 may sit inside a JSON string
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            rows.append((n, f"not valid JSON: {e.msg} at column {e.colno}"))
+            continue
+        except ValueError as e:  # not UTF-8
+            rows.append((n, f"not valid JSON: {e}"))
+            continue
+        rows.append((n, _object(row)))
+    return rows
+
+
+def _json_rows(data: bytes, path: str, key: str) -> tuple[str, Rows]:
+    """A .json file: a list of objects, or (as `datasets` also reads it) one object per line."""
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        if data.lstrip().startswith(b"["):
+            where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+            raise ConfigError(f"{key}: {path} is not valid JSON: {getattr(e, 'msg', e)}{where}") from None
+        return "line", _jsonl_rows(data)  # JSON Lines in a .json file
+    if isinstance(doc, list):
+        return "row", [(n, _object(row)) for n, row in enumerate(doc, 1)]
+    if isinstance(doc, dict) and len(data.strip().split(b"\n")) == 1:
+        return "line", _jsonl_rows(data)  # a one-line JSON Lines file
+    keys = f" with keys {', '.join(doc)}" if isinstance(doc, dict) else ""
+    kind = f"{type(doc).__name__}{keys}"
+    raise ConfigError(f"{key}: {path} must hold a list of objects or one object per line, got a {kind}")
+
+
+def _object(row: Any) -> dict[str, Any] | str:
+    """A parsed JSON row, or why it is not one."""
+    return row if isinstance(row, dict) else f"expected a JSON object, got {_show(row)}"
+
+
+def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split: str) -> Rows:
+    """The rows of a `datasets` table (kind: ".parquet", ".csv" or "hub"), after checking it has `columns`."""
+    import datasets  # slow to import; only file tasks need it
+    import pyarrow.parquet
+
+    file = str(Path(path).expanduser())
+    try:
+        if kind == ".parquet":
+            if pyarrow.parquet.read_metadata(file).num_rows == 0:
+                return []  # datasets fails on an empty file without saying so
+            table = datasets.Dataset.from_parquet(file)
+        elif kind == ".csv":
+            with open(file, newline="", encoding="utf-8-sig", errors="replace") as f:
+                reader = csv.reader(f)
+                header, first_row = next(reader, []), next(reader, None)
+            if first_row is None:
+                return []  # datasets fails on an empty file without saying so
+            as_text = datasets.Features({c: datasets.Value("string") for c in header})  # no type guessing: "007" stays
+            table = datasets.Dataset.from_csv(file, features=as_text, na_filter=False)
+        else:
+            table = datasets.load_dataset(path, split=split)
+    except Exception as e:  # datasets, pandas and pyarrow raise many types: a corrupt file, offline hub, unknown id
+        while e.__cause__ is not None:  # datasets wraps the parser's error in a vaguer one
+            e = e.__cause__  # type: ignore[assignment]
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if kind == "hub":
+            raise ConfigError(
+                f"{key}: '{path}' is not a local file, and loading it as a hub dataset (split '{split}') failed: "
+                f"{reason}; a local file must exist and end in {', '.join(SUPPORTED)}"
+            ) from None
+        raise ConfigError(f"{key}: cannot read {path} as {kind.lstrip('.')}: {reason}") from None
+    for field, option in zip(columns, ("data.prompt_key", "data.answer_key")):
+        if field not in table.column_names:
+            its = ", ".join(table.column_names)
+            raise ConfigError(f"{key}: {path} has no column '{field}' ({option}); its columns: {its}")
+    return list(enumerate(table.select_columns(list(dict.fromkeys(columns))).to_list(), 1))
+
+
+def drop_long_prompts(
+    examples: list[Example], token_counts: list[int], budget: int, mode: LongPrompts
+) -> tuple[list[Example], int]:
+    """(the examples whose prompt fits in `budget` tokens, how many were dropped); budget 0 keeps all."""
+    if len(examples) != len(token_counts):
+        raise ValueError(f"{len(examples)} examples but {len(token_counts)} token counts")
+    over = [i for i, count in enumerate(token_counts) if budget and count > budget]
+    if over and mode is LongPrompts.error:
+        first = over[0]
+        raise ConfigError(
+            f"prompt {examples[first].id} has {token_counts[first]} tokens, over data.max_prompt_tokens={budget} "
+            f"({len(over)} of {len(examples)} prompts are over it); raise data.max_prompt_tokens, "
+            f"or set data.long_prompts=drop to skip them"
+        )
+    if over and len(over) == len(examples):
+        raise ConfigError(
+            f"every prompt is over data.max_prompt_tokens={budget} (the shortest has {min(token_counts)} tokens), "
+            f"so none of the {len(examples)} is left; raise data.max_prompt_tokens"
+        )
+    dropped = set(over)
+    return [e for i, e in enumerate(examples) if i not in dropped], len(over)
 
 
 class PromptStream:

@@ -1,11 +1,22 @@
-"""The built-in task's split, its verifier, and the seeded, resumable prompt stream."""
+"""The built-in task's split and verifier, dataset files (data.task=file), the prompt budget, and the prompt stream."""
 
 from __future__ import annotations
 
-import pytest
+import csv
+import json
+from dataclasses import fields
+from pathlib import Path
 
-from rlvr.data import PromptStream
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import compose_config
+
+from rlvr.cli import RECIPES
+from rlvr.config import ConfigError, DataConfig, LongPrompts, Task, VerifierName, validate
+from rlvr.data import PromptStream, drop_long_prompts, load_task
 from rlvr.tasks import arithmetic
+from rlvr.types import Example
 from rlvr.verifiers import Outcome
 from rlvr.verifiers.arithmetic import verify
 
@@ -62,3 +73,216 @@ def test_stream_is_seeded_and_resumable():
 def test_empty_training_set_is_an_error():
     with pytest.raises(ValueError, match="empty"):
         PromptStream([], seed=0)
+
+
+# --- data.task=file: the user's dataset -------------------------------------------------------------------------
+
+ROWS = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(1, 6)]
+
+
+def file_cfg(path, eval_path=None, eval_size=2, **kw) -> DataConfig:
+    fields = dict(prompt_key="prompt", answer_key="answer", max_prompt_tokens=0, long_prompts=LongPrompts.drop)
+    return DataConfig(task=Task.file, path=str(path), eval_path=eval_path and str(eval_path), split="train",
+                      eval_size=eval_size, **{**fields, **kw})
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def write_table(path, rows):
+    """A .json/.csv/.parquet file of `rows` (dicts with the same keys)."""
+    if path.suffix == ".json":
+        path.write_text(json.dumps(rows))
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def load_error(cfg) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_task(cfg)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])
+def test_file_task_loads_prompts_answers_and_ids(tmp_path, suffix):
+    path = tmp_path / f"train{suffix}"
+    write_jsonl(path, ROWS) if suffix == ".jsonl" else write_table(path, ROWS)
+    train, held_out, verifier = load_task(file_cfg(path))
+    assert verifier is VerifierName.math
+    assert train == [Example(f"train{suffix}:{n}", r["prompt"], r["answer"]) for n, r in enumerate(ROWS[:3], 1)]
+    assert [e.id for e in held_out] == [f"train{suffix}:4", f"train{suffix}:5"]  # the last eval_size rows
+    assert [e.answer for e in held_out] == ["8", "10"]
+
+
+def test_jsonl_ids_are_line_numbers_and_numbers_become_text(tmp_path):
+    lines = ['{"prompt": "a", "answer": 7}', "", '{"prompt": "b", "answer": 0.5}', '{"prompt": "c", "answer": "x"}']
+    path = write_jsonl(tmp_path / "d.jsonl", lines)
+    train, held_out, _ = load_task(file_cfg(path, eval_size=1))
+    ids_answers = [(e.id, e.answer) for e in train + held_out]
+    assert ids_answers == [("d.jsonl:1", "7"), ("d.jsonl:3", "0.5"), ("d.jsonl:4", "x")]  # line 2 is blank
+
+
+def test_csv_answers_keep_their_text(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text('prompt,answer,extra\n"Say 7, padded",007,\nSay NA,NA,x\nq,1/2,y\n')
+    train, _, _ = load_task(file_cfg(path, eval_size=1))
+    assert [(e.prompt, e.answer) for e in train] == [("Say 7, padded", "007"), ("Say NA", "NA")]
+
+
+def test_json_file_may_hold_json_lines(tmp_path):
+    path = write_jsonl(tmp_path / "d.json", ROWS)
+    train, _, _ = load_task(file_cfg(path))
+    assert [e.id for e in train] == ["d.json:1", "d.json:2", "d.json:3"]
+
+
+def test_eval_path_gives_the_first_eval_size_rows(tmp_path):
+    train_path = write_jsonl(tmp_path / "train.jsonl", ROWS)
+    eval_path = write_table(tmp_path / "test.parquet", [{"prompt": f"p{i}", "answer": i} for i in (1, 2, 3)])
+    train, held_out, _ = load_task(file_cfg(train_path, eval_path, eval_size=2, max_prompt_tokens=8))
+    assert len(train) == 5  # nothing held out of the training file
+    assert held_out == [Example("test.parquet:1", "p1", "1"), Example("test.parquet:2", "p2", "2")]
+
+
+def test_eval_size_must_leave_training_rows(tmp_path):
+    path = write_jsonl(tmp_path / "small.jsonl", ROWS[:2])
+    message = load_error(file_cfg(path, eval_size=2))
+    assert "data.eval_size" in message and "small.jsonl" in message and "2 rows" in message
+
+
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        (['{"prompt": "a", "solution": "1"}'], ["line 3", "'answer'", "data.answer_key", "prompt, solution"]),
+        (['{"question": "a", "answer": "1"}'], ["line 3", "'prompt'", "data.prompt_key", "question, answer"]),
+        (['{"prompt": "", "answer": "1"}'], ["line 3", "'prompt'", "non-empty string"]),
+        (['{"prompt": [{"role": "user"}], "answer": "1"}'], ["line 3", "'prompt'", "got list"]),
+        (['{"prompt": "a", "answer": null}'], ["line 3", "'answer'", "empty"]),
+        (['{"prompt": "a", "answer": " "}'], ["line 3", "'answer'", "empty"]),
+        (['{"prompt": "a", "answer": ["1", "2"]}'], ["line 3", "'answer'", "string or a number"]),
+        (['{"prompt": "a", "answer": "1"'], ["line 3", "not valid JSON"]),
+        (["[1, 2]"], ["line 3", "expected a JSON object"]),
+    ],
+)
+def test_bad_jsonl_line_is_named(tmp_path, lines, expected):
+    path = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], ROWS[1], *lines, ROWS[2], '{"prompt": ""}'])
+    message = load_error(file_cfg(path))
+    assert message.startswith(f"data.path: {path} line 3: ")
+    for part in expected:
+        assert part in message, (part, message)
+    assert "(2 of 5 lines have problems)" in message  # the first bad row, and how many there are
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv", ".parquet"])
+def test_bad_table_row_is_named(tmp_path, suffix):
+    rows = [*ROWS[:2], {"prompt": "c", "answer": None if suffix != ".csv" else ""}, *ROWS[2:]]
+    message = load_error(file_cfg(write_table(tmp_path / f"bad{suffix}", rows)))
+    assert f"bad{suffix} row 3: field 'answer' (data.answer_key) is empty" in message
+    assert "(1 of 6 rows have problems)" in message
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_missing_column_lists_the_columns(tmp_path, suffix):
+    path = write_table(tmp_path / f"t{suffix}", [{"problem": "a", "answer": "1"}])
+    message = load_error(file_cfg(path))
+    assert f"data.path: {path} has no column 'prompt' (data.prompt_key); its columns: problem, answer" == message
+
+
+def test_eval_path_rows_are_checked_too(tmp_path):
+    eval_path = write_jsonl(tmp_path / "test.jsonl", [ROWS[0], {"prompt": "x"}])
+    message = load_error(file_cfg(write_jsonl(tmp_path / "train.jsonl", ROWS), eval_path))
+    assert message.startswith(f"data.eval_path: {eval_path} line 2: no field 'answer'")
+
+
+def test_unreadable_files_name_the_key_and_the_reason(tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    assert load_error(file_cfg(missing)) == f"data.path: cannot read {missing}: No such file or directory"
+    folder = tmp_path / "folder.jsonl"
+    folder.mkdir()
+    train = write_jsonl(tmp_path / "t.jsonl", ROWS)
+    assert load_error(file_cfg(train, folder)) == f"data.eval_path: cannot read {folder}: Is a directory"
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_text("not parquet")
+    assert load_error(file_cfg(corrupt)).startswith(f"data.path: cannot read {corrupt} as parquet: ")
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("prompt,answer\na,1\nb,2,3,4\n")
+    assert load_error(file_cfg(ragged)) == (
+        f"data.path: cannot read {ragged} as csv: Error tokenizing data. C error: Expected 2 fields in line 3, saw 4"
+    )
+
+
+def test_empty_file_and_unknown_extension(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert load_error(file_cfg(empty)) == f"data.path: {empty} has no rows"
+    header_only = tmp_path / "empty.csv"
+    header_only.write_text("prompt,answer\n")
+    assert load_error(file_cfg(header_only)) == f"data.path: {header_only} has no rows"
+    no_rows = write_table(tmp_path / "empty.parquet", [])
+    assert load_error(file_cfg(no_rows)) == f"data.path: {no_rows} has no rows"
+    tsv = tmp_path / "d.tsv"
+    tsv.write_text("prompt\tanswer\n")
+    message = load_error(file_cfg(tsv))
+    assert "d.tsv" in message and "'.tsv'" in message and ".jsonl, .json, .parquet, .csv" in message
+
+
+def test_json_must_be_a_list_of_objects(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"data": ROWS, "version": 1}, indent=1))
+    assert "got a dict with keys data, version" in load_error(file_cfg(path))
+    path.write_text('[{"prompt": "a", "answer": 1},\n oops]')
+    assert load_error(file_cfg(path)).startswith(f"data.path: {path} is not valid JSON: Expecting value at line 2")
+
+
+def test_hub_id_offline_is_a_config_error():
+    message = load_error(file_cfg("someone/no-such-dataset-xyz"))
+    assert message.startswith("data.path: 'someone/no-such-dataset-xyz' is not a local file")
+
+
+# --- the prompt budget ------------------------------------------------------------------------------------------
+
+EXAMPLES = [Example(f"d.jsonl:{n}", f"p{n}", "1") for n in range(1, 5)]
+
+
+def test_drop_long_prompts_keeps_those_within_budget():
+    assert drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 5, LongPrompts.drop) == ([EXAMPLES[0], EXAMPLES[2]], 2)
+    assert drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 0, LongPrompts.error) == (EXAMPLES, 0)  # 0 = no budget
+    assert drop_long_prompts(EXAMPLES, [3, 4, 5, 1], 5, LongPrompts.error) == (EXAMPLES, 0)
+
+
+def test_long_prompt_error_names_the_first_one():
+    with pytest.raises(ConfigError) as info:
+        drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 5, LongPrompts.error)
+    message = str(info.value)
+    assert "d.jsonl:2 has 9 tokens" in message and "data.max_prompt_tokens=5" in message and "2 of 4" in message
+
+
+def test_dropping_every_prompt_is_an_error():
+    with pytest.raises(ConfigError, match=r"every prompt is over data.max_prompt_tokens=2 \(the shortest has 3"):
+        drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 2, LongPrompts.drop)
+
+
+# --- the data=file recipe ---------------------------------------------------------------------------------------
+
+
+def test_file_recipe_validates_and_requires_a_path():
+    cfg = validate(compose_config("data=file", "data.path=train.jsonl"))
+    assert cfg.data.task is Task.file and cfg.data.path == "train.jsonl" and cfg.data.long_prompts is LongPrompts.drop
+    with pytest.raises(ConfigError, match="data.path"):
+        validate(compose_config("data=file"))
+
+
+def test_file_recipe_comments_every_field():
+    lines = (Path(RECIPES) / "data" / "file.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line and not line.startswith("#"):
+            assert i > 0 and lines[i - 1].startswith("#"), line
+    stated = {line.split(":")[0] for line in lines if line and not line.startswith("#")}
+    assert stated == {f.name for f in fields(DataConfig)}
