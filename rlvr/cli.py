@@ -40,9 +40,13 @@ def check_overrides(args: list[str]) -> str | None:
 def _hydra_train(raw: DictConfig) -> None:
     try:
         cfg = validate(raw)
-        from rlvr.trainer import train  # heavy imports (torch, vllm) only once the config is valid
+        from rlvr.trainer import RunStopped, train  # heavy imports (torch, vllm) only once the config is valid
 
-        out = train(cfg)  # start-up checks (data, reward functions) raise ConfigError before any model loads
+        try:
+            out = train(cfg)  # start-up checks (output folder, data, resume point, rewards) run before any model loads
+        except RunStopped as e:  # a signal (checkpoint written) or too many non-finite steps
+            print(f"rlvr train: {e}", file=sys.stderr)
+            raise SystemExit(e.exit_code) from None
     except ConfigError as e:
         print(f"rlvr train: config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

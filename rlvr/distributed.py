@@ -81,6 +81,11 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def any_true(flag: bool) -> bool:
+    """True on every rank if it is True on any (e.g. a signal that reached one rank first)."""
+    return bool(all_reduce_sum(torch.tensor([float(flag)])).item() > 0)
+
+
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's `obj` on every rank."""
     if world_size() == 1:

@@ -10,12 +10,20 @@ updates the full weights are gathered one parameter at a time for the rollout en
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import cast
 
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -203,7 +211,9 @@ class Learner:
         bad = not torch.isfinite(grad_norm).item()  # the same on every rank: the norm is global
         if not bad:
             self.optimizer.step()
-        self.scheduler.step()
+        with warnings.catch_warnings():  # after a skipped step torch warns that the schedule moved without an optimizer step
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()  # the schedule counts update slots, skipped or not
         self.optimizer.zero_grad(set_to_none=True)
         # every rank's sums cover its rows, weighted by global counts: the global value is their sum
         keys = sorted(sums)
@@ -239,3 +249,25 @@ class Learner:
             folder.mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(folder, state_dict=state, safe_serialization=True)
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(folder)
+
+    def _sharded_state(self) -> dict:
+        model, optim = get_state_dict(self.model, self.optimizer)
+        state = {"model": model, "optim": optim}
+        if self.reference is not None:  # pi_ref: the initial weights, or pi_theta at the last refresh
+            state["reference"] = get_model_state_dict(self.reference)
+        return state
+
+    def save_state(self, folder: Path) -> None:
+        """Sharded policy, optimizer (and reference) state with torch.distributed.checkpoint; a collective.
+
+        Each rank writes its own shards (fsynced) into `folder`; the lr schedule is the trainer's to save.
+        """
+        dcp.save(self._sharded_state(), checkpoint_id=str(folder))
+
+    def load_state(self, folder: Path) -> None:
+        """Restore what save_state wrote (any world size: DCP reshards on load); a collective."""
+        state = self._sharded_state()
+        dcp.load(state, checkpoint_id=str(folder))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        if self.reference is not None:
+            set_model_state_dict(self.reference, state["reference"])

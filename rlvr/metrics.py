@@ -22,12 +22,19 @@ class MetricsLogger:
         wandb_project: str | None,
         config: dict[str, Any],
         enabled: bool = True,
+        resume_step: int | None = None,
+        wandb_id: str | None = None,
         stream: TextIO = sys.stdout,
     ) -> None:
         self.enabled = enabled  # under torchrun only rank 0 writes; the other ranks' loggers do nothing
+        self.wandb_id = wandb_id
         if not enabled:
             return
         self.path = output_dir / "metrics.jsonl"
+        if resume_step is not None:  # a resumed run redoes the steps after its checkpoint: drop their old rows
+            self._truncate(resume_step)
+        elif self.path.exists() and self.path.stat().st_size:  # an earlier run here that never checkpointed: keep it
+            self.path.rename(output_dir / f"metrics.{int(time.time())}.jsonl")
         self.file = self.path.open("a")
         self.max_steps = max_steps
         self.live = progress and stream.isatty()
@@ -38,7 +45,23 @@ class MetricsLogger:
         if wandb_project is not None:
             import wandb  # only when asked: it is slow to import
 
-            self.wandb_run = wandb.init(project=wandb_project, dir=str(output_dir), config=config)
+            # a resumed run continues the same wandb run (its id is in the checkpoint)
+            self.wandb_run = wandb.init(project=wandb_project, dir=str(output_dir), config=config, id=wandb_id, resume="allow")
+            self.wandb_id = self.wandb_run.id
+
+    def _truncate(self, last_step: int) -> None:
+        """Keep the rows up to and including `last_step` (a killed run may have logged steps past its checkpoint)."""
+        if not self.path.exists():
+            return
+        lines = self.path.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= last_step]
+        self.path.write_text("".join(kept))
+
+    def note(self, message: str) -> None:
+        """A line on the console (rank 0)."""
+        if self.enabled:
+            self.stream.write(message + "\n")
+            self.stream.flush()
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Append one step's metrics (must hold 'step') and refresh the progress line."""

@@ -22,11 +22,19 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from rlvr import distributed  # noqa: E402
 from rlvr.types import Completion  # noqa: E402
 
-# Under Hydra the root logger is at INFO and vLLM's records propagate to it: keep vLLM to warnings.
-logging.getLogger("vllm").setLevel(logging.WARNING)
-# Every reload warns that the tied LM head and the rotary embedding got no checkpoint tensor. Both are
-# expected (the head is re-packed by _repack_cpu_embeddings; rotary has no weights), so silence that logger.
-logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+
+def _quiet_vllm_logs() -> None:
+    """Under Hydra the root logger is at INFO and vLLM's records propagate to it: keep vLLM to warnings.
+
+    Every reload warns that the tied LM head and the rotary embedding got no checkpoint tensor. Both are
+    expected (the head is re-packed by _repack_cpu_embeddings; rotary has no weights), so silence that logger.
+    Called again after the engine starts: its start-up (external_launcher) re-applies vLLM's logging config.
+    """
+    logging.getLogger("vllm").setLevel(logging.WARNING)
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+
+
+_quiet_vllm_logs()
 
 
 class Engine:
@@ -58,6 +66,7 @@ class Engine:
             tensor_parallel_size=tensor_parallel_size,
         )
         self.tokenizer = self.llm.get_tokenizer()
+        _quiet_vllm_logs()
 
     def generate(
         self,

@@ -1,28 +1,42 @@
-"""The loop, top to bottom: rollout -> verify -> (refill) -> advantages -> updates -> push weights.
+"""The loop, top to bottom: rollout -> verify -> (refill) -> advantages -> updates -> push weights -> checkpoint.
 
-One call of `train` is one run. Each step follows docs/DESIGN.md, "The loop", steps 1-9.
+One call of `train` is one run (or the continuation of one: trainer.resume). Each step follows
+docs/DESIGN.md, "The loop", steps 1-9.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoTokenizer
 
-from rlvr import algo, distributed
-from rlvr.config import Advantage, Config, ConfigError, FilterMetric, resolve_model_path
-from rlvr.data import PromptStream, load_task
+from rlvr import algo, checkpoint, distributed
+from rlvr.config import Advantage, Config, ConfigError, resolve_model_path
+from rlvr.data import PromptStream, drop_long_prompts, load_task
 from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
-from rlvr.types import Completion, Example, RolloutBatch
+from rlvr.sampling import collect, evaluate, mean_dicts
+from rlvr.types import Example
+
+
+class RunStopped(RuntimeError):
+    """The run ended early on purpose (a signal, or too many bad steps); `exit_code` is for the shell."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def seed_everything(seed: int) -> None:
@@ -32,21 +46,31 @@ def seed_everything(seed: int) -> None:
 
 
 def train(cfg: Config) -> Path:
-    """Run `cfg.trainer.max_steps` steps; return the output folder."""
+    """Run (or continue) until `cfg.trainer.max_steps` steps; return the output folder."""
     a, t = cfg.algo, cfg.trainer
     distributed.init()  # torchrun's process group, or a world of one
     check_world(cfg, distributed.world_size())
     out = Path(distributed.broadcast_object(t.output_dir))  # Hydra's timestamped folder may differ per rank: rank 0's
-    if distributed.is_main():
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
 
-    # Data, verifier workers, model, engine. The engine re-seeds the global RNGs when it starts, so seed after it.
-    train_set, eval_set, task_verifier = load_task(cfg.data)
-    stream = PromptStream(train_set, t.seed)
-    rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
+    # Start-up checks, before any model loads: the output folder, the data and its prompt budget, the resume
+    # point, the reward functions (the verifier workers start here).
+    checkpoint.ensure_writable(out)
     model_path = resolve_model_path(cfg.model.path)
+    train_set, eval_set, task_verifier = load_task(cfg.data)
+    train_set, eval_set, max_model_len, dropped = fit_prompts(train_set, eval_set, model_path, cfg)
+    resume_from = checkpoint.resolve_resume(t.resume, out)
+    if resume_from is None and checkpoint.latest(out) is not None:  # trainer.resume=never over an earlier run
+        raise ConfigError(
+            f"trainer.resume=never, but {out} already holds checkpoints (newest: {checkpoint.latest(out)}) that this run "
+            "would overwrite; choose a new trainer.output_dir, or continue the earlier run with trainer.resume=auto"
+        )
+    rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
+    if distributed.is_main():
+        (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+
+    # Model, engine. The engine re-seeds the global RNGs when it starts, so seed after it (a resume restores them).
+    stream = PromptStream(train_set, t.seed)
     learner = Learner(
         model_path,
         dtype=cfg.model.dtype,
@@ -65,13 +89,17 @@ def train(cfg: Config) -> Path:
     engine = Engine(
         model_path,
         seed=t.seed,
-        max_model_len=_max_model_len(model_path, train_set + eval_set, cfg.rollout.max_new_tokens),
+        max_model_len=max_model_len,
         dtype=cfg.rollout.dtype,
         gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
         cpu_kv_cache_gib=cfg.rollout.cpu_kv_cache_gib,
         tensor_parallel_size=cfg.rollout.tensor_parallel_size,
     )
     seed_everything(t.seed)
+    run: dict[str, Any] = {"step": 0, "bad_in_a_row": 0, "wandb_id": None}  # what a checkpoint carries besides weights and RNGs
+    if resume_from is not None:
+        run = restore(resume_from, learner, stream, t.seed)
+        engine.load_weights(learner.named_weights())
     logger = MetricsLogger(
         out,
         max_steps=t.max_steps,
@@ -79,8 +107,14 @@ def train(cfg: Config) -> Path:
         wandb_project=cfg.logger.project if cfg.logger.wandb else None,
         config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),  # type: ignore[arg-type]
         enabled=distributed.is_main(),
+        resume_step=None if resume_from is None else run["step"],
+        wandb_id=run["wandb_id"],
     )
-    logger.log({"step": 0, **evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size)})
+    run["wandb_id"] = logger.wandb_id
+    if resume_from is None:
+        logger.log({"step": 0, **dropped, **evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size)})
+    else:
+        logger.note(f"resumed from {resume_from} (step {run['step']})")
     loss_kwargs = dict(
         ratio=a.ratio.value,
         clip_low=a.clip_low,
@@ -91,11 +125,13 @@ def train(cfg: Config) -> Path:
         kl_coef=a.kl_coef,
         kl_estimator=a.kl_estimator.value,
     )
+    stop = StopSignal()
 
-    for step in range(1, t.max_steps + 1):
+    for step in range(run["step"] + 1, t.max_steps + 1):
         t_start = time.perf_counter()
         # 1-4. Draw prompts, sample G answers each, verify, and (DAPO) refill until B groups are informative.
         batch, metrics = collect(engine, stream, rewarder, cfg, step)
+        metrics.update({"data/epoch": stream.epoch, "data/index": stream.index})  # the stream's position after drawing
         t_rollout = time.perf_counter()
         if batch is None:
             logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start})
@@ -143,7 +179,7 @@ def train(cfg: Config) -> Path:
         # 9. Reference refresh, metrics, evaluation.
         if a.ref_update_every and step % a.ref_update_every == 0:
             learner.refresh_reference()
-        metrics.update({f"actor/{k}": v for k, v in _mean_dicts(update_metrics).items()})
+        metrics.update({f"actor/{k}": v for k, v in mean_dicts(update_metrics).items()})
         metrics["actor/updates"] = len(update_metrics)
         metrics["adv/mean"] = advantages.mean().item()
         metrics["adv/std"] = advantages.std().item() if advantages.numel() > 1 else 0.0
@@ -163,14 +199,101 @@ def train(cfg: Config) -> Path:
         )
         if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
             metrics.update(evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size))
+        # A non-finite loss or gradient norm skipped that update (learner.update); too many such steps in a row stop
+        # the run, and a step with one is never checkpointed, so the last good checkpoint stays the newest.
+        bad = sum(m["bad"] for m in update_metrics)
+        metrics["actor/bad_updates"] = bad
+        run["bad_in_a_row"] = run["bad_in_a_row"] + 1 if bad else 0
         logger.log({"step": step, **metrics})
+        if run["bad_in_a_row"] >= t.max_bad_steps:
+            newest = checkpoint.latest(out)
+            raise RunStopped(
+                f"stopping at step {step}: {run['bad_in_a_row']} steps in a row had a non-finite loss or gradient norm "
+                f"(trainer.max_bad_steps={t.max_bad_steps}); their updates were skipped. The newest good checkpoint is "
+                f"{newest or 'none (no checkpoint was written yet)'}; check the rewards, lower trainer.lr, or resume "
+                f"from it with trainer.resume=auto",
+                exit_code=3,
+            )
+
+        # Checkpoint every save_every steps, at the end, and when a signal asked to stop (every rank agrees on it).
+        run["step"] = step
+        stopping = distributed.any_true(stop.requested is not None)
+        if not bad and (stopping or step == t.max_steps or (t.save_every and step % t.save_every == 0)):
+            save_checkpoint(out, run, learner, stream, t.keep_last)
+        if stopping:
+            raise RunStopped(
+                f"stopped by {stop.requested or 'a signal on another rank'} after step {step}; checkpoint written to "
+                f"{checkpoint.step_dir(out, step)}; continue with trainer.resume=auto trainer.output_dir={out}",
+                exit_code=130 if stop.requested == "SIGINT" else 143,
+            )
 
     learner.save(out / "model")
     logger.close()
     rewarder.close()
+    stop.restore()
     engine.close()  # vLLM's shutdown tears down its process groups (and the default one): before ours
     distributed.shutdown()
     return out
+
+
+def save_checkpoint(out: Path, run: dict[str, Any], learner: Learner, stream: PromptStream, keep_last: int) -> None:
+    """Every rank writes its shards into a staging folder; rank 0 adds the rest, then renames it into place."""
+    step = run["step"]
+    if distributed.is_main():
+        checkpoint.staging_dir(out, step)  # empty, stale copies removed
+    distributed.barrier()  # the folder exists before any rank writes into it
+    staging = checkpoint.staging_path(out, step)
+    learner.save_state(staging / "learner")  # sharded policy, optimizer, reference (torch.distributed.checkpoint)
+    learner.save(staging / "model")  # the policy as a Hugging Face folder
+    checkpoint.save_state(staging / f"rng_rank{distributed.rank()}.pt", checkpoint.rng_state())
+    if distributed.is_main():
+        state = {**run, "stream": stream.state_dict(), "scheduler": learner.scheduler.state_dict(),
+                 "train_examples": len(stream.examples), "seed": stream.seed}  # fmt: skip
+        checkpoint.save_state(staging / "trainer_state.pt", state)
+    distributed.barrier()  # every rank's files are written and fsynced
+    if distributed.is_main():
+        checkpoint.commit(staging, checkpoint.step_dir(out, step), {"step": step, "world_size": distributed.world_size()})
+        checkpoint.prune(out, keep_last)
+    distributed.barrier()  # nobody goes on (or exits) before the checkpoint is in place
+
+
+def restore(folder: Path, learner: Learner, stream: PromptStream, seed: int) -> dict[str, Any]:
+    """Load a checkpoint into the learner, the prompt stream and the RNGs; return the run's counters."""
+    state = checkpoint.load_state(folder / "trainer_state.pt")
+    if state["train_examples"] != len(stream.examples) or state["seed"] != seed:
+        raise ConfigError(
+            f"trainer.resume: {folder} was written with {state['train_examples']} training examples and "
+            f"trainer.seed={state['seed']}; this run has {len(stream.examples)} and seed {seed}, so it "
+            "would not continue the same prompt order. Resume with the original data and seed, or trainer.resume=never"
+        )
+    learner.load_state(folder / "learner")
+    learner.scheduler.load_state_dict(state["scheduler"])
+    stream.load_state_dict(state["stream"])
+    rng = folder / f"rng_rank{distributed.rank()}.pt"
+    if rng.exists():  # absent when resuming on more ranks than wrote it: those keep the seeded RNGs
+        checkpoint.set_rng_state(checkpoint.load_state(rng))
+    return {k: state[k] for k in ("step", "bad_in_a_row", "wandb_id")}
+
+
+class StopSignal:
+    """SIGINT/SIGTERM ask the run to finish the current step, write a checkpoint and stop; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():  # Python delivers signals to the main thread only
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested is not None:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        print(f"\n{self.requested}: finishing this step, then writing a checkpoint (again to stop now)", file=sys.stderr)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def check_world(cfg: Config, world_size: int) -> None:
@@ -186,114 +309,28 @@ def check_world(cfg: Config, world_size: int) -> None:
         )
 
 
-def collect(
-    engine: Engine, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int
-) -> tuple[RolloutBatch | None, dict[str, float]]:
-    """Roll out until B informative groups are kept (or the round cap): steps 1-4 of the loop.
+def fit_prompts(
+    train_set: list[Example], eval_set: list[Example], model_path: str, cfg: Config
+) -> tuple[list[Example], list[Example], int, dict[str, int]]:
+    """Drop (or reject) prompts over the budget; return the sets, the engine's max_model_len and the counts dropped.
 
-    Without dynamic sampling this is one round of B prompts, all kept. With it, each round draws B
-    more prompts; groups whose filter metric is identical across all G are dropped; the kept groups
-    are trimmed to exactly B. After `max_gen_batches` rounds the step trains on what was kept, and
-    returns None (a skipped step) if nothing was.
+    The budget is data.max_prompt_tokens, or else what the model's context leaves after rollout.max_new_tokens, so
+    no prompt can fail inside the engine hours into a run.
     """
-    a, r = cfg.algo, cfg.rollout
-    G, B = a.group_size, a.prompts_per_step
-    tp = r.tensor_parallel_size
-    engines = distributed.world_size() // tp  # each engine (tp consecutive ranks) samples its share of the prompts
-    share = B // engines
-    mine = slice(distributed.rank() // tp * share, (distributed.rank() // tp + 1) * share)
-    rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
-    kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
-    drawn = generated = zero_spread = 0
-    correct_count = 0
-    reward_metrics: list[dict[str, float]] = []
-    all_rewards: list[torch.Tensor] = []
-    lengths: list[int] = []
-    truncated = 0
-    for round_ in range(rounds):
-        if len(kept) >= B:
-            break
-        examples = stream.take(B)  # the same B on every rank: the stream is seeded alike
-        seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(B).tolist()
-        local = engine.generate(
-            [e.prompt for e in examples[mine]],
-            n=G,
-            max_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
-        )
-        local_rewards = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)])
-        # every rank gets every engine's groups, in prompt order: from here on all ranks hold the same round
-        shares = distributed.all_gather_objects((local, *local_rewards))[::tp]
-        groups = [g for part in shares for g in part[0]]
-        rewards = torch.cat([part[1] for part in shares])  # [B*G]
-        correct = torch.cat([part[2] for part in shares])  # [B*G]
-        reward_metrics += [part[3] for part in shares]
-        flat = [c for g in groups for c in g]
-        metric = correct if a.filter_metric is FilterMetric.correctness else rewards
-        informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(B, dtype=torch.bool)
-        for i in torch.nonzero(informative)[:, 0].tolist():
-            kept.append((groups[i], rewards[i * G : (i + 1) * G], correct[i * G : (i + 1) * G]))
-        drawn += B
-        generated += sum(len(c.token_ids) for c in flat)
-        zero_spread += int((~algo.informative_groups(rewards, G)).sum())
-        correct_count += int(correct.sum())
-        all_rewards.append(rewards)
-        lengths += [len(c.token_ids) for c in flat]
-        truncated += sum(c.finish_reason == "length" for c in flat)
-    kept = kept[:B]
-    kept = kept[: len(kept) - len(kept) % distributed.world_size()]  # a short batch still splits evenly over ranks
-    sampled_rewards = torch.cat(all_rewards)  # [drawn*G]
-    metrics = {
-        **_mean_dicts(reward_metrics),
-        "reward/mean": sampled_rewards.mean().item(),
-        "reward/correct_frac": correct_count / (drawn * G),
-        "reward/zero_spread_group_frac": zero_spread / drawn,
-        "response_length/mean": sum(lengths) / len(lengths),
-        "response_length/max": max(lengths),
-        "response_length/truncated_frac": truncated / len(lengths),
-        "sampling/rounds": len(all_rewards),
-        "sampling/kept_group_frac": len(kept) / drawn,
-        "sampling/kept_groups": len(kept),
-        "perf/generated_tokens": generated,
-    }
-    for key in ("verifier/timeouts", "verifier/errors"):  # counts over all rounds, not means
-        metrics[key] = sum(m[key] for m in reward_metrics)
-    if not kept:
-        metrics["skip_reason"] = "no informative group after max_gen_batches rounds"  # type: ignore[assignment]
-        return None, metrics
-    completions = [c for g, _, _ in kept for c in g]
-    batch = RolloutBatch.from_completions(
-        completions,
-        rewards=torch.cat([rw for _, rw, _ in kept]).tolist(),
-        correct=torch.cat([co for _, _, co in kept]).bool().tolist(),
-        pad_id=engine.tokenizer.pad_token_id or 0,
-    )
-    metrics["batch/tokens"] = int(batch.response_mask.sum())
-    return batch, metrics
-
-
-def evaluate(
-    engine: Engine, examples: list[Example], rewarder: Rewarder, max_new_tokens: int, tensor_parallel_size: int
-) -> dict[str, float]:
-    """Greedy accuracy on the held-out set; each engine decodes a strided share of it."""
-    engines = distributed.world_size() // tensor_parallel_size
-    mine = examples[distributed.rank() // tensor_parallel_size :: engines]
-    texts = engine.greedy([e.prompt for e in mine], max_tokens=max_new_tokens)
-    hits = sum(rewarder.outcomes(texts, [e.answer for e in mine]))
-    correct = sum(distributed.all_gather_objects(hits)[::tensor_parallel_size])
-    return {"eval/accuracy": correct / len(examples)}
-
-
-def _max_model_len(model_path: str, examples: list[Example], max_new_tokens: int) -> int:
-    """Longest prompt + max_new_tokens, within the model's context."""
     tok = AutoTokenizer.from_pretrained(model_path)
-    longest = max(len(ids) for ids in tok([e.prompt for e in examples], add_special_tokens=True)["input_ids"])
-    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", longest + max_new_tokens)
-    return min(context, longest + max_new_tokens)
-
-
-def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
-    keys = dicts[0].keys() if dicts else []
-    return {k: sum(d[k] for d in dicts) / len(dicts) for k in keys}
+    max_new = cfg.rollout.max_new_tokens
+    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
+    budget = cfg.data.max_prompt_tokens or context - max_new
+    sizes = []
+    for examples in (train_set, eval_set):
+        counts = [len(ids) for ids in tok([e.prompt for e in examples], add_special_tokens=True)["input_ids"]]
+        kept, dropped = drop_long_prompts(examples, counts, budget, cfg.data.long_prompts)
+        sizes.append((kept, dropped, max((c for c in counts if c <= budget), default=1)))
+    (train_set, train_dropped, train_longest), (eval_set, eval_dropped, eval_longest) = sizes
+    if not eval_set:
+        raise ConfigError(f"no evaluation prompt fits the prompt budget ({budget} tokens, data.max_prompt_tokens)")
+    if distributed.is_main() and train_dropped + eval_dropped:
+        print(f"rlvr: dropped {train_dropped} training and {eval_dropped} evaluation prompts over the prompt budget "
+              f"of {budget} tokens (data.max_prompt_tokens; data.long_prompts=error rejects them instead)", file=sys.stderr)  # fmt: skip
+    max_model_len = min(context, max(train_longest, eval_longest) + max_new)
+    return train_set, eval_set, max_model_len, {"data/dropped_train_prompts": train_dropped, "data/dropped_eval_prompts": eval_dropped}

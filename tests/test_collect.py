@@ -12,7 +12,7 @@ from conftest import compose_config
 from rlvr.config import validate
 from rlvr.data import PromptStream
 from rlvr.rewards import Rewarder
-from rlvr.trainer import collect
+from rlvr.sampling import collect
 from rlvr.types import Completion, Example
 from rlvr.verifiers import Outcome
 

@@ -101,3 +101,19 @@ def test_lr_schedule_values():
     assert lr_factor(10, warmup=2, total=10, schedule="cosine") == pytest.approx(0.0)
     with pytest.raises(ValueError, match="constant, cosine"):
         lr_factor(3, warmup=0, total=10, schedule="linear")
+
+
+def test_non_finite_gradient_skips_the_update():
+    learner = make_learner(micro_batch_rows=3)
+    batch = synthetic_batch()
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    adv = torch.tensor([1.0, float("nan"), 0.3, -1.2, 0.8, -0.4], dtype=torch.float64)  # one poisoned row
+    m = learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dict(
+        ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))
+    assert m["bad"] == 1.0 and not torch.isfinite(torch.tensor(m["grad_norm"]))
+    for p, b in zip(learner.model.parameters(), before):
+        torch.testing.assert_close(p.detach(), b, rtol=0, atol=0)  # untouched, and no NaN in Adam's state either
+    assert all(not s for s in learner.optimizer.state.values())
+    good = learner.update(batch, adv.nan_to_num(0.0), batch.response_mask, None, None, loss_kwargs=dict(
+        ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))
+    assert good["bad"] == 0.0 and all(torch.isfinite(p).all() for p in learner.model.parameters())

@@ -1,0 +1,214 @@
+"""Checkpoint folders: stage, commit atomically (marker, then rename), find, prune; RNG state capture.
+
+Layout: <out>/checkpoints/step_00000010/ holds whatever the learner and trainer wrote plus COMPLETE (json meta),
+written last. A folder is a checkpoint only once it has its final name, and it only gets that name after every file
+in it, the marker included, is on disk. Staging folders (.tmp-*) are never listed and are removed by prune.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlvr.config import ConfigError
+
+MARKER = "COMPLETE"
+_STEP = re.compile(r"step_(\d+)")
+
+
+def step_dir(out: Path, step: int) -> Path:
+    """The final folder of a step's checkpoint."""
+    return out / "checkpoints" / f"step_{step:08d}"
+
+
+def staging_path(out: Path, step: int) -> Path:
+    """The staging folder's path (no side effects: for ranks other than 0)."""
+    final = step_dir(out, step)
+    return final.with_name(".tmp-" + final.name)
+
+
+def staging_dir(out: Path, step: int) -> Path:
+    """Rank 0: remove a stale staging folder for this step, create it empty, return it."""
+    staging = staging_path(out, step)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        # Some network/FUSE file systems cannot fsync a directory (EINVAL); the rename stays the commit point.
+        if not (path.is_dir() and e.errno in (errno.EINVAL, errno.ENOTSUP, errno.EBADF)):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(folder: Path) -> None:
+    """fsync every file and directory under folder (files first, each directory after its entries)."""
+    for root, _dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            _fsync(Path(root) / name)
+        _fsync(Path(root))
+
+
+def _write_marker(staging: Path, meta: dict[str, Any]) -> None:
+    """Write COMPLETE (json meta) and fsync it and its folder."""
+    with open(staging / MARKER, "w") as f:
+        json.dump(meta, f)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync(staging)
+
+
+def _publish(staging: Path, final: Path) -> None:
+    """Rename staging -> final (moving an existing final aside first, deleting it after); fsync the parent."""
+    aside = final.with_name(".tmp-replaced-" + final.name)
+    if final.exists():
+        shutil.rmtree(aside, ignore_errors=True)
+        final.rename(aside)
+    staging.rename(final)
+    _fsync(final.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def commit(staging: Path, final: Path, meta: dict[str, Any]) -> None:
+    """Rank 0, after every rank has written and closed its files: make `final` appear complete, atomically."""
+    _sync_tree(staging)
+    _write_marker(staging, meta)
+    _publish(staging, final)
+
+
+def is_complete(folder: Path) -> bool:
+    """A finished checkpoint: not a .tmp-* folder, and its COMPLETE marker exists and parses."""
+    if folder.name.startswith(".tmp-"):
+        return False
+    try:
+        json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _complete_in(checkpoints: Path) -> list[Path]:
+    if not checkpoints.is_dir():
+        return []
+    found = [(int(m[1]), p) for p in checkpoints.iterdir() if (m := _STEP.fullmatch(p.name)) and is_complete(p)]
+    return [p for _, p in sorted(found)]
+
+
+def list_complete(out: Path) -> list[Path]:
+    """Complete checkpoints under out, oldest step first (by step number, not name or mtime)."""
+    return _complete_in(out / "checkpoints")
+
+
+def latest(out: Path) -> Path | None:
+    """The newest complete checkpoint, or None."""
+    found = list_complete(out)
+    return found[-1] if found else None
+
+
+def resolve_resume(resume: str, out: Path) -> Path | None:
+    """trainer.resume -> the checkpoint folder to load: never -> None, auto -> latest(out), else a checked path."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        return latest(out)
+    folder = Path(resume)
+    if not folder.exists():
+        why = "does not exist"
+    elif not folder.is_dir():
+        why = "is not a checkpoint folder (not a directory)"
+    elif is_complete(folder):
+        return folder
+    elif folder.name.startswith(".tmp-"):
+        why = "is incomplete: a staging folder, a save was interrupted before it was committed"
+    elif (folder / MARKER).exists():
+        why = f"is incomplete: its {MARKER} marker does not parse"
+    elif _STEP.fullmatch(folder.name):
+        why = f"is incomplete: no {MARKER} marker, a save was interrupted"
+    else:
+        why = f"is not a checkpoint folder (no {MARKER} marker; checkpoints live in <output_dir>/checkpoints/step_*)"
+    # the folder's own run is the likelier source of a good checkpoint than this run's output_dir
+    checkpoints = folder.parent if folder.parent.name == "checkpoints" else out / "checkpoints"
+    found = _complete_in(checkpoints)
+    hint = f"; the newest complete checkpoint there is '{found[-1]}'" if found else ""
+    raise ConfigError(f"trainer.resume '{resume}' {why}{hint}")
+
+
+def prune(out: Path, keep_last: int) -> None:
+    """Rank 0, with no save in flight: delete all but the newest keep_last complete checkpoints, and stale .tmp-*."""
+    checkpoints = out / "checkpoints"
+    found = list_complete(out)
+    old = found[: max(len(found) - keep_last, 0)]
+    stale = [p for p in checkpoints.glob(".tmp-*")] if checkpoints.is_dir() else []
+    for path in old + stale:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def ensure_writable(out: Path) -> None:
+    """Create out and prove it takes a written, fsynced file; ConfigError with the OS reason otherwise."""
+    probe = out / f".write-probe-{os.getpid()}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"trainer.output_dir '{out}' is not writable: {e.strerror or e}") from None
+
+
+def rng_state() -> dict[str, Any]:
+    """python `random`, numpy's global generator, torch CPU and every CUDA device, as weights_only-loadable types."""
+    version, internal, gauss = random.getstate()
+    np_state: dict[str, Any] = np.random.get_state(legacy=False)  # {bit_generator, state: {key, pos}, has_gauss, gauss}
+    mt = np_state["state"]
+    key = torch.from_numpy(mt["key"].astype(np.int64))  # [624] uint32 words; weights_only cannot load an ndarray
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": {**np_state, "state": {"key": key, "pos": int(mt["pos"])}},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what rng_state() captured (CUDA: the devices present here, up to those saved)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state({**n, "state": {**n["state"], "key": n["state"]["key"].numpy().astype(np.uint32)}})
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available():
+        for device, s in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s, device)
+
+
+def save_state(path: Path, obj: dict[str, Any]) -> None:
+    """torch.save obj to path and fsync it (atomicity comes from commit, not from here)."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """torch.load with weights_only=True (cannot run code), tensors mapped to CPU."""
+    return torch.load(path, weights_only=True, map_location="cpu")

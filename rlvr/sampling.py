@@ -1,0 +1,122 @@
+"""Steps 1-4 of the loop (draw prompts, sample G answers each, verify, refill), and greedy evaluation.
+
+Under torchrun every engine (one per rank, or per tensor_parallel_size ranks) samples its share of each round's
+prompts and scores it; the shares are then gathered, so every rank holds the same round from there on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rlvr import algo, distributed
+from rlvr.config import Config, FilterMetric
+from rlvr.data import PromptStream
+from rlvr.rewards import Rewarder
+from rlvr.rollout import Engine
+from rlvr.types import Completion, Example, RolloutBatch
+
+
+def collect(
+    engine: Engine, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int
+) -> tuple[RolloutBatch | None, dict[str, float]]:
+    """Roll out until B informative groups are kept (or the round cap): steps 1-4 of the loop.
+
+    Without dynamic sampling this is one round of B prompts, all kept. With it, each round draws B
+    more prompts; groups whose filter metric is identical across all G are dropped; the kept groups
+    are trimmed to exactly B. After `max_gen_batches` rounds the step trains on what was kept, and
+    returns None (a skipped step) if nothing was.
+    """
+    a, r = cfg.algo, cfg.rollout
+    G, B = a.group_size, a.prompts_per_step
+    tp = r.tensor_parallel_size
+    engines = distributed.world_size() // tp  # each engine (tp consecutive ranks) samples its share of the prompts
+    share = B // engines
+    mine = slice(distributed.rank() // tp * share, (distributed.rank() // tp + 1) * share)
+    rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
+    kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
+    drawn = generated = zero_spread = 0
+    correct_count = 0
+    reward_metrics: list[dict[str, float]] = []
+    all_rewards: list[torch.Tensor] = []
+    lengths: list[int] = []
+    truncated = 0
+    for round_ in range(rounds):
+        if len(kept) >= B:
+            break
+        examples = stream.take(B)  # the same B on every rank: the stream is seeded alike
+        seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(B).tolist()
+        local = engine.generate(
+            [e.prompt for e in examples[mine]],
+            n=G,
+            max_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
+        )
+        local_rewards = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)])
+        # every rank gets every engine's groups, in prompt order: from here on all ranks hold the same round
+        shares = distributed.all_gather_objects((local, *local_rewards))[::tp]
+        groups = [g for part in shares for g in part[0]]
+        rewards = torch.cat([part[1] for part in shares])  # [B*G]
+        correct = torch.cat([part[2] for part in shares])  # [B*G]
+        reward_metrics += [part[3] for part in shares]
+        flat = [c for g in groups for c in g]
+        metric = correct if a.filter_metric is FilterMetric.correctness else rewards
+        informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(B, dtype=torch.bool)
+        for i in torch.nonzero(informative)[:, 0].tolist():
+            kept.append((groups[i], rewards[i * G : (i + 1) * G], correct[i * G : (i + 1) * G]))
+        drawn += B
+        generated += sum(len(c.token_ids) for c in flat)
+        zero_spread += int((~algo.informative_groups(rewards, G)).sum())
+        correct_count += int(correct.sum())
+        all_rewards.append(rewards)
+        lengths += [len(c.token_ids) for c in flat]
+        truncated += sum(c.finish_reason == "length" for c in flat)
+    kept = kept[:B]
+    kept = kept[: len(kept) - len(kept) % distributed.world_size()]  # a short batch still splits evenly over ranks
+    sampled_rewards = torch.cat(all_rewards)  # [drawn*G]
+    metrics = {
+        **mean_dicts(reward_metrics),
+        "reward/mean": sampled_rewards.mean().item(),
+        "reward/correct_frac": correct_count / (drawn * G),
+        "reward/zero_spread_group_frac": zero_spread / drawn,
+        "response_length/mean": sum(lengths) / len(lengths),
+        "response_length/max": max(lengths),
+        "response_length/truncated_frac": truncated / len(lengths),
+        "sampling/rounds": len(all_rewards),
+        "sampling/kept_group_frac": len(kept) / drawn,
+        "sampling/kept_groups": len(kept),
+        "perf/generated_tokens": generated,
+    }
+    for key in ("verifier/timeouts", "verifier/errors"):  # counts over all rounds, not means
+        metrics[key] = sum(m[key] for m in reward_metrics)
+    if not kept:
+        metrics["skip_reason"] = "no informative group after max_gen_batches rounds"  # type: ignore[assignment]
+        return None, metrics
+    completions = [c for g, _, _ in kept for c in g]
+    batch = RolloutBatch.from_completions(
+        completions,
+        rewards=torch.cat([rw for _, rw, _ in kept]).tolist(),
+        correct=torch.cat([co for _, _, co in kept]).bool().tolist(),
+        pad_id=engine.tokenizer.pad_token_id or 0,
+    )
+    metrics["batch/tokens"] = int(batch.response_mask.sum())
+    return batch, metrics
+
+
+def evaluate(
+    engine: Engine, examples: list[Example], rewarder: Rewarder, max_new_tokens: int, tensor_parallel_size: int
+) -> dict[str, float]:
+    """Greedy accuracy on the held-out set; each engine decodes a strided share of it."""
+    engines = distributed.world_size() // tensor_parallel_size
+    mine = examples[distributed.rank() // tensor_parallel_size :: engines]
+    texts = engine.greedy([e.prompt for e in mine], max_tokens=max_new_tokens)
+    hits = sum(rewarder.outcomes(texts, [e.answer for e in mine]))
+    correct = sum(distributed.all_gather_objects(hits)[::tensor_parallel_size])
+    return {"eval/accuracy": correct / len(examples)}
+
+
+def mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
+    keys = dicts[0].keys() if dicts else []
+    return {k: sum(d[k] for d in dicts) / len(dicts) for k in keys}

@@ -1,0 +1,108 @@
+"""Checkpoints and exact resume through the CLI, with real SIGKILLs: after step k, and in the middle of a save.
+
+What is bitwise and why: the resumed run restores the sharded weights and Adam state exactly (DCP), the lr
+schedule, the prompt stream's position and the RNGs, and the engine samples with per-request seeds derived from
+(seed, step, round), so it draws the same prompts and the same tokens. Everything in metrics.jsonl except
+timings is then equal to the uninterrupted run's, compared here with ==.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr import checkpoint
+
+ARGS = ["recipe=dapo", "trainer.max_steps=4", "trainer.eval_every=2", "data.eval_size=64", "logger.progress=false"]
+VOLATILE = ("timing/", "perf/")  # wall-clock values: the only ones allowed to differ
+
+
+def start(out: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "rlvr", "train", *ARGS, f"trainer.output_dir={out}", *extra]
+    return subprocess.Popen(cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str]) -> None:
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def stable(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith(VOLATILE)}
+
+
+def kill_when(proc: subprocess.Popen[str], ready, what: str) -> None:
+    """SIGKILL the run as soon as ready() holds (polled every 2 ms)."""
+    deadline = time.monotonic() + 300
+    while not ready():
+        assert proc.poll() is None, f"the run ended before {what}: {proc.stderr.read()[-3000:] if proc.stderr else ''}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("resume") / "straight"
+    finish(start(out, "trainer.save_every=2"))
+    assert [r["step"] for r in rows(out)] == [0, 1, 2, 3, 4]
+    assert [p.name for p in checkpoint.list_complete(out)] == ["step_00000002", "step_00000004"]  # save_every=2, keep_last=2
+    return rows(out)
+
+
+def test_sigkill_after_step_3_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    proc = start(out, "trainer.save_every=2")
+    logged = lambda: (out / "metrics.jsonl").exists() and '"step": 3' in (out / "metrics.jsonl").read_text()  # noqa: E731
+    kill_when(proc, logged, "step 3")
+    assert checkpoint.latest(out) == checkpoint.step_dir(out, 2)
+    finish(start(out, "trainer.save_every=2"))  # trainer.resume=auto is the default
+    resumed = rows(out)
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4]  # the killed run's step-3 row was replaced, not repeated
+    for got, want in zip(resumed, uninterrupted):
+        assert stable(got) == stable(want), got["step"]
+    assert resumed[3]["data/index"] > resumed[2]["data/index"]  # the stream moved on: no prompt was drawn twice
+
+
+def test_sigkill_during_a_save_leaves_the_previous_checkpoint(uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    proc = start(out, "trainer.save_every=1")
+    staging = checkpoint.staging_path(out, 3)
+    kill_when(proc, staging.exists, "the step-3 save to begin")
+    if staging.exists():  # killed mid-save (the usual case): the half-written step 3 is not a checkpoint
+        assert checkpoint.latest(out) == checkpoint.step_dir(out, 2)
+        assert checkpoint.resolve_resume("auto", out) == checkpoint.step_dir(out, 2)
+    finish(start(out, "trainer.save_every=1"))
+    assert not staging.exists()  # the resumed run's saves pruned the stale staging folder
+    for got, want in zip(rows(out), uninterrupted):
+        assert stable(got) == stable(want), got["step"]
+
+
+def test_sigterm_finishes_the_step_and_writes_a_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = start(out, "trainer.save_every=0", "trainer.max_steps=50")
+    logged = lambda: (out / "metrics.jsonl").exists() and '"step": 1' in (out / "metrics.jsonl").read_text()  # noqa: E731
+    deadline = time.monotonic() + 300
+    while not logged():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 143, stderr[-3000:]
+    last = rows(out)[-1]["step"]
+    assert 1 <= last < 50
+    assert checkpoint.latest(out) == checkpoint.step_dir(out, last)  # the step it stopped after, saved
+    assert f"stopped by SIGTERM after step {last}" in stderr and "trainer.resume=auto" in stderr
