@@ -1,5 +1,5 @@
-"""The FSDP2 learner on a real gloo process group: 1 process and 2 processes, handed the same fixed batch, end an
-optimizer step with the same parameters, for every recipe's aggregation and ratio (float64, so any mis-scaled
+"""The FSDP2 learner on a real gloo process group: 1 process (plain module, and FSDP2 over one rank) and 2 processes
+(FSDP2), handed the same fixed batch, end two optimizer steps with the same parameters, for every recipe's aggregation and ratio (float64, so any mis-scaled
 normalizer or double-counted gradient shows far above the tolerance)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _batch():
     return synthetic_batch(n=8)
 
 
-def _worker(rank: int, world_size: int, port: int, tmp: str) -> None:
+def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # two CPU ranks on a small machine
     from rlvr import distributed
@@ -42,7 +42,7 @@ def _worker(rank: int, world_size: int, port: int, tmp: str) -> None:
     out = {}
     for aggregation, ratio, kl_coef in CASES:
         learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.01, warmup_steps=0, lr_schedule="constant",
-                          total_updates=2, grad_clip=0.5, micro_batch_rows=3, with_reference=kl_coef > 0)  # fmt: skip
+                          total_updates=2, grad_clip=0.5, micro_batch_rows=3, with_reference=kl_coef > 0, shard=shard)  # fmt: skip
         noise = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
         old = learner.logprobs(batch) + 0.1 * noise  # [N, T] off-policy, so the clip is exercised
         ref = learner.logprobs(batch, reference=True) if kl_coef > 0 else None
@@ -52,16 +52,16 @@ def _worker(rank: int, world_size: int, port: int, tmp: str) -> None:
         weights = {name: t.clone() for name, t in learner.named_weights()}
         out[f"{aggregation}/{ratio}"] = (weights, metrics)
     if rank == 0:
-        torch.save(out, f"{tmp}/world{world_size}.pt")
+        torch.save(out, f"{tmp}/world{world_size}-{shard}.pt")
     distributed.shutdown()
 
 
-def _run(world_size: int, tmp: Path) -> dict:
+def _run(world_size: int, tmp: Path, shard: bool | None = None) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(_worker, args=(world_size, port, str(tmp)), nprocs=world_size, join=True, start_method="spawn")
-    return torch.load(tmp / f"world{world_size}.pt", weights_only=False)
+    mp.start_processes(_worker, args=(world_size, port, str(tmp), shard), nprocs=world_size, join=True, start_method="spawn")
+    return torch.load(tmp / f"world{world_size}-{shard}.pt", weights_only=False)
 
 
 def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,16 +69,18 @@ def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytes
     for path in (here.parent, here):  # spawned children re-import this module by name
         monkeypatch.syspath_prepend(str(path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
-    one, two = _run(1, tmp_path), _run(2, tmp_path)
+    one, two = _run(1, tmp_path), _run(2, tmp_path)  # one process trains the plain module, two shard it with FSDP2
+    one_sharded = _run(1, tmp_path, shard=True)  # FSDP2 over a single rank: the same step as the plain module
     from transformers import AutoModelForCausalLM
 
     start = dict(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64).named_parameters())
     for case in one:
-        (w1, m1), (w2, m2) = one[case], two[case]
+        (w1, m1), (w2, m2), (w1s, _) = one[case], two[case], one_sharded[case]
         moved = max((w1[k] - start[k]).abs().max().item() for k in w1)
         assert moved > 1e-3, case  # the step did something: a shared bug that leaves the weights alone would pass
         for name in w1:
             torch.testing.assert_close(w2[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name}")
+            torch.testing.assert_close(w1s[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name} (FSDP2, 1 rank)")
         for a, b in zip(m1, m2):  # metrics are global too: the loss, clip fractions, grad norm
             for key in ("pg_loss", "clip_frac", "grad_norm", "entropy"):
                 assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-12), (case, key)
