@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow lint bench model clean
+.PHONY: install demo test test-slow lint bench bench-learner gpu-check model clean
 
 install: $(VENV)/.installed
 
@@ -39,6 +39,14 @@ lint: install
 
 bench: install
 	$(PY) scripts/bench_main_job.py
+
+# Learner update phase: step time and peak memory per rank, world sizes 1 and 2, built-in and 135M models.
+bench-learner: install
+	$(PY) scripts/bench_learner.py
+
+# On a GPU machine: bf16 + activation checkpointing throughput and bf16-vs-fp32 numerics (PASS/FAIL).
+gpu-check:
+	python3 scripts/gpu_check.py
 
 # Rebuild the shipped tiny model (supervised warm start to ~50% held-out accuracy).
 model: install
