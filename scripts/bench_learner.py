@@ -8,7 +8,7 @@ ranks of two measurements would share the cores and every number would be wrong)
     python -m torch.distributed.run --standalone --nproc_per_node=W scripts/bench_learner.py --worker \
         --model-path P --result-dir D --rows R --prompt-len P --response-len T --micro-batch-rows M --threads-per-rank K
 
-Each rank builds rlvr.learner.Learner (fp32 master weights; on CPU precision auto is fp32, on CUDA --precision
+Each rank builds rlvr.learner.Learner (FSDP2 for world 2; a world of one trains the plain module; fp32 master weights; on CPU precision auto is fp32, on CUDA --precision
 and --activation-checkpointing pass through), a synthetic batch (every row exactly prompt_len + response_len
 tokens, random ids: the padded compute depends only on the shape), then runs --warmup updates (pi_old = pi_theta),
 one learner.logprobs call for the old logprobs (timed on its own) and --steps timed updates with those old
