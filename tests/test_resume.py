@@ -106,3 +106,20 @@ def test_sigterm_finishes_the_step_and_writes_a_checkpoint(tmp_path):
     assert 1 <= last < 50
     assert checkpoint.latest(out) == checkpoint.step_dir(out, last)  # the step it stopped after, saved
     assert f"stopped by SIGTERM after step {last}" in stderr and "trainer.resume=auto" in stderr
+
+
+def test_resume_on_another_world_size(tmp_path):
+    """A world-of-one checkpoint continues under `torchrun --nproc_per_node=2`: DCP reshards the state on load and the
+    prompt stream goes on where it stopped (not bitwise: two engines and two ranks reduce in another order)."""
+    out = tmp_path / "run"
+    finish(start(out, "trainer.save_every=1", "trainer.max_steps=2"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rlvr", "train",
+           *ARGS, f"trainer.output_dir={out}", "trainer.save_every=1", "trainer.torch_threads=1", "reward.workers=1"]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumed from {checkpoint.step_dir(out, 2)} (step 2)" in result.stdout
+    metrics = rows(out)
+    assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4]
+    assert metrics[3]["data/index"] > metrics[2]["data/index"]  # no prompt drawn twice across the change of world size
+    assert sorted(p.name for p in (checkpoint.step_dir(out, 4) / "learner").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
