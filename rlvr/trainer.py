@@ -135,6 +135,7 @@ def train(cfg: Config) -> Path:
         t_rollout = time.perf_counter()
         if batch is None:
             logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start})
+            run["step"] = step  # nothing trained; the next checkpoint carries the stream past these prompts
             continue
 
         # 5. Group-relative advantages; overlong filtering removes truncated responses from the loss.
@@ -222,8 +223,8 @@ def train(cfg: Config) -> Path:
             save_checkpoint(out, run, learner, stream, t.keep_last)
         if stopping:
             raise RunStopped(
-                f"stopped by {stop.requested or 'a signal on another rank'} after step {step}; checkpoint written to "
-                f"{checkpoint.step_dir(out, step)}; continue with trainer.resume=auto trainer.output_dir={out}",
+                f"stopped by {stop.requested or 'a signal on another rank'} after step {step}; newest checkpoint: "
+                f"{checkpoint.latest(out)}; continue with trainer.resume=auto trainer.output_dir={out}",
                 exit_code=130 if stop.requested == "SIGINT" else 143,
             )
 

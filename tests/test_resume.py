@@ -105,7 +105,8 @@ def test_sigterm_finishes_the_step_and_writes_a_checkpoint(tmp_path):
     last = rows(out)[-1]["step"]
     assert 1 <= last < 50
     assert checkpoint.latest(out) == checkpoint.step_dir(out, last)  # the step it stopped after, saved
-    assert f"stopped by SIGTERM after step {last}" in stderr and "trainer.resume=auto" in stderr
+    assert f"stopped by SIGTERM after step {last}; newest checkpoint: {checkpoint.step_dir(out, last)}" in stderr
+    assert "trainer.resume=auto" in stderr
 
 
 def test_resume_on_another_world_size(tmp_path):
