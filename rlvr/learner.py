@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from rlvr import algo, distributed
+from rlvr.config import ConfigError
 from rlvr.types import RolloutBatch
 
 
@@ -86,7 +87,7 @@ class Learner:
         self.world_size = distributed.world_size()  # FSDP averages gradients over ranks; the loss is scaled by this
         self.rank = distributed.rank()
         if cpu_offload and self.device.type != "cuda":
-            raise ValueError("trainer.cpu_offload moves FSDP2 state from the GPU to the CPU; on a CPU-only machine it does nothing useful: set it to false")
+            raise ConfigError("trainer.cpu_offload moves FSDP2 state from the GPU to the CPU; on a CPU-only machine it does nothing useful: set it to false")
         bf16 = precision == "bf16" or (precision == "auto" and self.device.type == "cuda")
         self.mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
         self.offload: OffloadPolicy = CPUOffloadPolicy(pin_memory=True) if cpu_offload else OffloadPolicy()
