@@ -155,6 +155,12 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 
+def metric_units(mask: Tensor, ratio: str) -> Tensor:
+    """What policy_loss's ratio and clip statistics average over: counted tokens for the token ratio ([N, T]),
+    non-empty sequences when the ratio is one value per sequence ([N])."""
+    return mask.bool() if ratio == "token" else mask.bool().any(dim=-1)
+
+
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -207,11 +213,10 @@ def policy_loss(
     loss = agg(loss_mat) * loss_scale  # []
 
     with torch.no_grad():
-        if ratio == "token":  # statistics per counted token
-            units = mask.bool()  # [N, T]
+        units = metric_units(mask, ratio)  # [N, T] or [N]
+        if units.dim() == 2:
             r_u, a_u = r[units], adv.expand_as(r)[units]  # [U]
-        else:  # the ratio is one value per sequence: statistics per non-empty sequence
-            units = mask.bool().any(dim=-1)  # [N]
+        else:
             r_u, a_u = r[:, 0][units], adv[:, 0][units]  # [U]
         low = (r_u < 1 - clip_low) & (a_u < 0)  # [U]
         high = (r_u > 1 + clip_high) & (a_u > 0)  # [U]

@@ -1,7 +1,7 @@
 """The process group: torchrun's when launched by it, else a one-process group, and the few collectives the loop uses.
 
-Every run has a process group, so the learner has one code path (FSDP2) and the engine one launch mode
-(vLLM's `external_launcher`, which joins the torch.distributed world instead of starting its own).
+Every run has a process group, so the engine has one launch mode (vLLM's `external_launcher`, which joins
+the torch.distributed world instead of starting its own) and the loop one set of collectives.
 Under torchrun, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT come from the launcher; a plain `rlvr train` makes
 a world of one over an in-memory store.
 """
@@ -62,6 +62,11 @@ def is_main() -> bool:
 def device() -> torch.device:
     """This rank's compute device."""
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def engine_index(tensor_parallel_size: int) -> tuple[int, int]:
+    """(this rank's engine, the number of engines): each engine is tensor_parallel_size consecutive ranks."""
+    return rank() // tensor_parallel_size, world_size() // tensor_parallel_size
 
 
 def all_gather_objects(obj: Any) -> list[Any]:

@@ -61,7 +61,8 @@ def lr_factor(update: int, *, warmup: int, total: int, schedule: str) -> float:
 
 
 class Learner:
-    """A causal LM trained by the clipped policy-gradient loss of rlvr.algo, sharded by FSDP2 over all ranks."""
+    """A causal LM trained by the clipped policy-gradient loss of rlvr.algo, sharded by FSDP2 over all ranks (a
+    world of one trains the plain module)."""
 
     def __init__(
         self,
@@ -188,7 +189,7 @@ class Learner:
         """
         num_tokens = mask.sum()  # [] the same on every rank: each holds the whole mini-batch
         num_sequences = batch.num_rows
-        num_nonempty = int((mask.sum(-1) > 0).sum())  # the units of sequence-ratio metrics
+        num_units = int(algo.metric_units(mask, loss_kwargs["ratio"]).sum())  # what the clip statistics average over
         rows = self._my_rows(batch.num_rows)
         batch, advantages, mask = batch.select(rows).to(self.device), advantages[rows].to(self.device), mask[rows].to(self.device)
         old_logprobs = None if old_logprobs is None else old_logprobs[rows].to(self.device)
@@ -216,8 +217,7 @@ class Learner:
             loss.backward()
             # metrics are means over this micro-batch's units: weight each by its share of the mini-batch's units
             token_share = mask[micro].sum().item() / max(num_tokens.item(), 1.0)
-            seq_share = (mask[micro].sum(-1) > 0).sum().item() / max(num_nonempty, 1)
-            unit_share = token_share if loss_kwargs["ratio"] == "token" else seq_share  # see algo.policy_loss
+            unit_share = algo.metric_units(mask[micro], loss_kwargs["ratio"]).sum().item() / max(num_units, 1)
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + (v if k == "pg_loss" else v * (token_share if k == "kl" else unit_share))
             assert entropy is not None

@@ -30,9 +30,8 @@ def collect(
     a, r = cfg.algo, cfg.rollout
     G, B = a.group_size, a.prompts_per_step
     tp = r.tensor_parallel_size
-    engines = distributed.world_size() // tp  # each engine (tp consecutive ranks) samples its share of the prompts
-    share = B // engines
-    mine = slice(distributed.rank() // tp * share, (distributed.rank() // tp + 1) * share)
+    index, engines = distributed.engine_index(tp)  # each engine samples its contiguous share of every round
+    mine = slice(index * B // engines, (index + 1) * B // engines)
     rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
     kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
     drawn = generated = zero_spread = 0
@@ -109,8 +108,8 @@ def evaluate(
     engine: Engine, examples: list[Example], rewarder: Rewarder, max_new_tokens: int, tensor_parallel_size: int
 ) -> dict[str, float]:
     """Greedy accuracy on the held-out set; each engine decodes a strided share of it."""
-    engines = distributed.world_size() // tensor_parallel_size
-    mine = examples[distributed.rank() // tensor_parallel_size :: engines]
+    index, engines = distributed.engine_index(tensor_parallel_size)
+    mine = examples[index::engines]
     texts = engine.greedy([e.prompt for e in mine], max_tokens=max_new_tokens)
     hits = sum(rewarder.outcomes(texts, [e.answer for e in mine]))
     correct = sum(distributed.all_gather_objects(hits)[::tensor_parallel_size])

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +112,9 @@ def train(cfg: Config) -> Path:
         wandb_id=run["wandb_id"],
     )
     run["wandb_id"] = logger.wandb_id
+    evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size)
     if resume_from is None:
-        logger.log({"step": 0, **dropped, **evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size)})
+        logger.log({"step": 0, **dropped, **evaluate_now()})
     else:
         logger.note(f"resumed from {resume_from} (step {run['step']})")
     loss_kwargs = dict(
@@ -199,7 +201,7 @@ def train(cfg: Config) -> Path:
             }
         )
         if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
-            metrics.update(evaluate(engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size))
+            metrics.update(evaluate_now())
         # A non-finite loss or gradient norm skipped that update (learner.update); too many such steps in a row stop
         # the run, and a step with one is never checkpointed, so the last good checkpoint stays the newest.
         bad = sum(m["bad"] for m in update_metrics)
