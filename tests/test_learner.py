@@ -43,21 +43,56 @@ def test_response_logprobs_match_unpadded_forward():
         torch.testing.assert_close(logp[i, :r].double(), expected, rtol=1e-9, atol=1e-9)
 
 
+def update_with_gradient(learner: Learner, *args, **kwargs) -> tuple[dict[str, float], torch.Tensor]:
+    """learner.update(...), also returning the flat gradient the optimizer was handed (before its step)."""
+    seen: list[torch.Tensor] = []
+    step = learner.optimizer.step
+
+    def recording_step(*a, **k):
+        seen.append(torch.cat([p.grad.reshape(-1) for p in learner.model.parameters()]).clone())
+        return step(*a, **k)
+
+    learner.optimizer.step = recording_step  # type: ignore[method-assign]
+    metrics = learner.update(*args, **kwargs)
+    return metrics, seen[0]
+
+
+# Tolerances of the micro-batch invariance test, from the arithmetic rather than from one machine.
+# Splitting a batch into micro-batches only reorders float64 sums (BLAS blocks a [1, ...] and a [6, ...] matmul
+# differently, and micro-batch gradients are accumulated one after another). Reordering a sum of n terms moves it
+# by at most ~2n * eps * sum|terms| (Higham); with n of the order of rows x positions x hidden (~10^3 here) and
+# sum|terms| of the order of the largest gradient entry, 1e3 * eps * max|g| (~2e-13 relative) bounds it with room to
+# spare (measured: ~2e-16 relative on Intel AMX and AMD EPYC). A wrong normalizer is an O(1) relative error.
+GRAD_RTOL_OF_MAX = 1e3 * torch.finfo(torch.float64).eps
+# Adam's first update is p -= lr * g / (|g| + eps_adam) (bias-corrected m / sqrt(v) = g / |g|), whose derivative in g
+# is at most lr / eps_adam: gradients whose entries are tiny (~eps_adam) amplify a reordering error by up to 1e6 here
+# (measured 3.1e-12 absolute on AMD EPYC). So parameters after the step are compared at lr / eps_adam times the
+# gradient tolerance; the gradient comparison above is what catches a mis-scaled loss (Adam's first step is ~ sign(g)).
+ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which the learner uses
+
+
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "seq_mean_token_sum_norm", "token_mean"])
 def test_update_is_invariant_to_micro_batch_size(aggregation):
     batch = synthetic_batch()
     adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8, -0.4], dtype=torch.float64)
     kwargs = dict(ratio="token", clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=8,
                   kl_coef=0.0, kl_estimator="k3", clip_ratio_c=None)
-    params = []
+    runs = []
     for rows in (1, 2, 6):
         learner = make_learner(micro_batch_rows=rows)
+        assert learner.optimizer.defaults["eps"] == ADAM_EPS
         old = learner.logprobs(batch) + 0.1 * torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-        metrics = learner.update(batch, adv, batch.response_mask, old, None, loss_kwargs=kwargs)
+        metrics, grad = update_with_gradient(learner, batch, adv, batch.response_mask, old, None, loss_kwargs=kwargs)
         assert metrics["clip_frac"] > 0  # the clip is exercised
-        params.append(torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()]))
-    torch.testing.assert_close(params[0], params[2], rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(params[1], params[2], rtol=1e-10, atol=1e-12)
+        params = torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()])
+        runs.append((metrics, grad, params, learner.optimizer.param_groups[0]["lr"]))
+    full_metrics, full_grad, full_params, lr = runs[-1]
+    grad_atol = GRAD_RTOL_OF_MAX * full_grad.abs().max().item()
+    for metrics, grad, params, _ in runs[:-1]:
+        torch.testing.assert_close(grad, full_grad, rtol=0, atol=grad_atol)
+        torch.testing.assert_close(params, full_params, rtol=0, atol=lr / ADAM_EPS * grad_atol)
+        for key in ("pg_loss", "grad_norm", "clip_frac", "entropy"):
+            assert metrics[key] == pytest.approx(full_metrics[key], rel=GRAD_RTOL_OF_MAX), key
 
 
 def test_single_update_has_ratio_exactly_one():
