@@ -56,6 +56,30 @@ class LRSchedule(str, enum.Enum):
 class Task(str, enum.Enum):
     arithmetic = "arithmetic"  # the built-in 2-digit addition task
     file = "file"  # the user's dataset: data.path (a .jsonl/.json/.parquet/.csv file, or a hub dataset id)
+    gym = "gym"  # a reasoning-gym procedural dataset: data.name, scored by its own score_answer
+
+
+class PromptFormat(str, enum.Enum):
+    auto = "auto"  # the tokenizer's chat template when it has one, plain text otherwise
+    chat = "chat"  # the chat template, with the assistant's generation prompt
+    plain = "plain"  # the text as it is
+
+
+class AnswerExtract(str, enum.Enum):
+    none = "none"  # the gold answer field is the final answer
+    hashes = "hashes"  # a full solution ending in "#### 72" (GSM8K)
+    boxed = "boxed"  # a full solution with the final answer in the last \boxed{...} (MATH)
+
+
+class Extractor(str, enum.Enum):
+    """How the math verifier finds a completion's final answer (rlvr.verifiers.math.extract_answer)."""
+
+    boxed = "boxed"  # the last \boxed{...}
+    answer_line = "answer_line"  # "Answer: ..."
+    final_answer_phrase = "final_answer_phrase"  # "The final answer is 16."
+    hashes = "hashes"  # "#### 14"
+    answer_tag = "answer_tag"  # <answer>14</answer>
+    last_number = "last_number"  # the last number in the text (lenient)
 
 
 class LongPrompts(str, enum.Enum):
@@ -74,6 +98,7 @@ class VerifierName(str, enum.Enum):
     arithmetic = "arithmetic"
     math = "math"  # boxed / "Answer:" / "####" answers, math-verify equivalence
     countdown = "countdown"
+    gym = "gym"  # reasoning-gym's score_answer on the <answer> tag; correct only at score 1.0
 
 
 @dataclass
@@ -106,6 +131,7 @@ class RolloutConfig:
     temperature: float = MISSING
     top_p: float = MISSING
     dtype: str = MISSING
+    stop: list[str] = MISSING  # extra stop strings; the model's EOS / end-of-turn tokens always stop
     gpu_memory_utilization: float = MISSING
     cpu_kv_cache_gib: int = MISSING
     tensor_parallel_size: int = MISSING  # engine ranks per model copy under torchrun; 1 = one engine per rank
@@ -128,6 +154,15 @@ class DataConfig:
     eval_size: int = MISSING
     max_prompt_tokens: int = MISSING  # the prompt budget; 0 = no limit beyond the model's context
     long_prompts: LongPrompts = MISSING
+    format: PromptFormat = MISSING  # how prompts become token ids (rlvr.prompts)
+    system_prompt: str | None = MISSING  # null = none
+    prompt_template: str = MISSING  # "{prompt}" is replaced by the row's prompt
+    subset: str | None = MISSING  # hub dataset config name (GSM8K's "main"); null = the default
+    answer_extract: AnswerExtract = MISSING  # reduce a gold solution to its final answer
+    name: str | None = MISSING  # task=gym: the reasoning-gym dataset
+    size: int = MISSING  # task=gym: training examples generated
+    seed: int = MISSING  # task=gym: generator seed (held-out examples use another, derived from it)
+    options: dict[str, Any] = MISSING  # task=gym: the dataset's own options
 
 
 @dataclass
@@ -144,6 +179,8 @@ class RewardConfig:
     correct: float = MISSING
     incorrect: float = MISSING
     no_answer: float = MISSING
+    extract: list[Extractor] = MISSING  # math verifier: answer extractors, tried in order
+    partial: bool = MISSING  # gym verifier: the dataset's float score is the reward (correct still means 1.0)
     workers: int = MISSING  # verifier worker processes; 0 = in-process, no timeout
     timeout_s: float = MISSING  # per-sample wall-clock limit
 
@@ -175,6 +212,8 @@ class LoggerConfig:
     wandb: bool = MISSING
     project: str = MISSING
     progress: bool = MISSING
+    samples_every: int = MISSING  # write sample rollouts to samples.jsonl every N steps (and at every evaluation); 0 = at evaluations only
+    num_samples: int = MISSING  # rollouts written each time
 
 
 @dataclass
@@ -242,8 +281,12 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
 def check(cfg: Config) -> None:
     """Cross-field checks: each error names the key(s) at fault."""
     a, r, t = cfg.algo, cfg.rollout, cfg.trainer
+    if a.group_size < 2:
+        raise ConfigError(
+            f"algo.group_size must be >= 2, got {a.group_size}: advantages are relative to the other samples of the "
+            "same prompt, so with one sample each every advantage is 0 and nothing is learned"
+        )
     positive = {
-        "algo.group_size": a.group_size,
         "algo.prompts_per_step": a.prompts_per_step,
         "algo.prompts_per_minibatch": a.prompts_per_minibatch,
         "algo.epochs": a.epochs,
@@ -255,6 +298,7 @@ def check(cfg: Config) -> None:
         "trainer.max_bad_steps": t.max_bad_steps,
         "rollout.tensor_parallel_size": r.tensor_parallel_size,
         "data.eval_size": cfg.data.eval_size,
+        "logger.num_samples": cfg.logger.num_samples,
     }
     if cfg.reward.workers < 0 or cfg.reward.timeout_s <= 0:
         raise ConfigError(f"reward.workers must be >= 0 and reward.timeout_s > 0, got {cfg.reward.workers}, {cfg.reward.timeout_s}")
@@ -284,6 +328,14 @@ def check(cfg: Config) -> None:
         )
     if cfg.data.task is Task.file and not cfg.data.path:
         raise ConfigError("data.path must name a dataset file (or a hub dataset id) when data.task=file")
+    if cfg.data.task is Task.gym and not cfg.data.name:
+        raise ConfigError("data.name must name a reasoning-gym dataset (e.g. chain_sum) when data.task=gym")
+    if "{prompt}" not in cfg.data.prompt_template:
+        raise ConfigError(f"data.prompt_template must contain {{prompt}}, got {cfg.data.prompt_template!r}")
+    if not cfg.reward.extract:
+        raise ConfigError("reward.extract must list at least one answer extractor")
+    if cfg.logger.samples_every < 0:
+        raise ConfigError(f"logger.samples_every must be >= 0, got {cfg.logger.samples_every}")
     if r.temperature <= 0 or not 0 < r.top_p <= 1:
         raise ConfigError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {r.temperature}, {r.top_p}")
 

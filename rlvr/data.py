@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import ConfigError, DataConfig, LongPrompts, Task, VerifierName
+from rlvr.config import AnswerExtract, ConfigError, DataConfig, Task, VerifierName
 from rlvr.tasks import arithmetic
 from rlvr.types import Example
 
@@ -30,11 +30,17 @@ def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierNa
     """(training examples, held-out evaluation examples, the task's verifier) of the configured task."""
     if cfg.task is Task.arithmetic:
         return arithmetic.train_examples(), arithmetic.eval_examples(cfg.eval_size), VerifierName.arithmetic
+    if cfg.task is Task.gym:
+        from rlvr.tasks import gym  # imports reasoning-gym: only gym tasks need it
+
+        assert cfg.name, "config.check requires data.name when data.task=gym"
+        train, held_out = gym.examples(cfg.name, size=cfg.size, eval_size=cfg.eval_size, seed=cfg.seed, options=dict(cfg.options))
+        return train, held_out, VerifierName.gym
     if cfg.task is Task.file:
         assert cfg.path, "config.check requires data.path when data.task=file"
-        examples = read_examples(cfg.path, "data.path", cfg.prompt_key, cfg.answer_key, cfg.split)
+        examples = read_examples(cfg.path, "data.path", cfg)
         if cfg.eval_path:
-            held_out = read_examples(cfg.eval_path, "data.eval_path", cfg.prompt_key, cfg.answer_key, cfg.split)
+            held_out = read_examples(cfg.eval_path, "data.eval_path", cfg)
             return examples, held_out[: cfg.eval_size], VerifierName.math
         if cfg.eval_size >= len(examples):
             raise ConfigError(
@@ -45,24 +51,54 @@ def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierNa
     raise AssertionError(f"unhandled task {cfg.task}")
 
 
-def read_examples(path: str, key: str, prompt_key: str, answer_key: str, split: str) -> list[Example]:
-    """Every row of a dataset file (or hub dataset) as an Example; `key` is the config key that named it."""
-    unit, rows = _read_rows(path, key, (prompt_key, answer_key), split)
+def read_examples(path: str, key: str, cfg: DataConfig) -> list[Example]:
+    """Every row of a dataset file (or hub dataset) as an Example; `key` is the config key that named it.
+
+    The prompt field holds a string or a list of chat messages; the answer field a string or a number, reduced to
+    its final answer by data.answer_extract (a GSM8K "#### 72" or a MATH \\boxed{...} solution).
+    """
+    prompt_key, answer_key = cfg.prompt_key, cfg.answer_key
+    unit, rows = _read_rows(path, key, (prompt_key, answer_key), cfg.split, cfg.subset)
     if not rows:
         raise ConfigError(f"{key}: {path} has no rows")
     name = Path(path).name if Path(path).expanduser().exists() else path  # a hub id names itself
     examples, first_problem, bad = [], "", 0
     for n, row in rows:
         problem = row if isinstance(row, str) else _row_problem(row, prompt_key, answer_key)
+        answer = None
+        if not problem:
+            assert isinstance(row, dict)
+            answer = final_answer(row[answer_key], cfg.answer_extract)
+            if answer is None:
+                problem = (f"field '{answer_key}' (data.answer_key) has no final answer to extract with "
+                           f"data.answer_extract={cfg.answer_extract.value}: {_show(row[answer_key])}")  # fmt: skip
         if problem:
             first_problem, bad = first_problem or f"{unit} {n}: {problem}", bad + 1
             continue
-        assert isinstance(row, dict)
-        answer = row[answer_key]
-        examples.append(Example(f"{name}:{n}", row[prompt_key], answer if isinstance(answer, str) else str(answer)))
+        assert isinstance(row, dict) and answer is not None
+        prompt = row[prompt_key]
+        if isinstance(prompt, str):
+            examples.append(Example(f"{name}:{n}", prompt, answer))
+        else:
+            messages = tuple({"role": m["role"], "content": m["content"]} for m in prompt)
+            last_user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+            examples.append(Example(f"{name}:{n}", last_user, answer, messages=messages))
     if bad:
         raise ConfigError(f"{key}: {path} {first_problem} ({bad} of {len(rows)} {unit}s have problems)")
     return examples
+
+
+def final_answer(value: str | int | float, mode: AnswerExtract) -> str | None:
+    """The gold answer a verifier compares with: the value itself, or the final answer inside a full solution."""
+    text = value if isinstance(value, str) else str(value)
+    if mode is AnswerExtract.none:
+        return text
+    if mode is AnswerExtract.hashes:
+        found = text.rpartition("####")[2].strip() if "####" in text else ""
+        return found.replace(",", "") or None  # GSM8K writes "#### 1,000"
+    from rlvr.verifiers.math import extract_answer  # imports math-verify (sympy): only MATH-style gold needs it
+
+    return extract_answer(text, extractors=("boxed",))
 
 
 def _row_problem(row: dict[str, Any], prompt_key: str, answer_key: str) -> str | None:
@@ -71,13 +107,30 @@ def _row_problem(row: dict[str, Any], prompt_key: str, answer_key: str) -> str |
         if field not in row:
             return f"no field '{field}' ({option}); the row has: {', '.join(map(str, row)) or 'no fields'}"
     prompt, answer = row[prompt_key], row[answer_key]
+    if isinstance(prompt, list):
+        return _messages_problem(prompt, prompt_key)
     if not isinstance(prompt, str) or not prompt.strip():
-        return f"field '{prompt_key}' (data.prompt_key) must be a non-empty string, got {_show(prompt)}"
+        return f"field '{prompt_key}' (data.prompt_key) must be a non-empty string or a list of chat messages, got {_show(prompt)}"
     nan = isinstance(answer, float) and math.isnan(answer)  # a null in a pandas-written float column
     if answer is None or nan or (isinstance(answer, str) and not answer.strip()):
         return f"field '{answer_key}' (data.answer_key) is empty: got {_show(answer)}"
     if isinstance(answer, bool) or not isinstance(answer, str | int | float):
         return f"field '{answer_key}' (data.answer_key) must be a string or a number, got {_show(answer)}"
+    return None
+
+
+def _messages_problem(messages: list[Any], prompt_key: str) -> str | None:
+    """Why a chat `messages` list is not one, or None: objects with a role and a string content, a user message."""
+    where = f"field '{prompt_key}' (data.prompt_key)"
+    if not messages:
+        return f"{where} is an empty list of messages"
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not {"role", "content"} <= m.keys():
+            return f"{where}: message {i} must be an object with 'role' and 'content', got {_show(m)}"
+        if m["role"] not in ("system", "user", "assistant") or not isinstance(m["content"], str):
+            return f"{where}: message {i} must have role system|user|assistant and a string content, got {_show(m)}"
+    if not any(m["role"] == "user" for m in messages):
+        return f"{where} has no user message"
     return None
 
 
@@ -87,12 +140,12 @@ def _show(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-def _read_rows(path: str, key: str, columns: tuple[str, str], split: str) -> tuple[str, Rows]:
+def _read_rows(path: str, key: str, columns: tuple[str, str], split: str, subset: str | None) -> tuple[str, Rows]:
     """("line" | "row", the raw rows) of a local file by its extension, or of a hub dataset id."""
     file = Path(path).expanduser()
     suffix = file.suffix.lower()
     if not file.exists() and HUB_ID.fullmatch(path) and suffix not in SUPPORTED:
-        return "row", _read_table(path, key, columns, "hub", split)
+        return "row", _read_table(path, key, columns, "hub", split, subset)
     try:
         with file.open("rb") as f:
             data = f.read() if suffix in (".jsonl", ".json") else b""  # datasets reads the others itself
@@ -103,7 +156,7 @@ def _read_rows(path: str, key: str, columns: tuple[str, str], split: str) -> tup
     if suffix == ".json":
         return _json_rows(data, path, key)
     if suffix in (".parquet", ".csv"):
-        return "row", _read_table(path, key, columns, suffix, split)
+        return "row", _read_table(path, key, columns, suffix, split, subset)
     raise ConfigError(f"{key}: {path} has an unsupported extension '{file.suffix}'; supported: {', '.join(SUPPORTED)}")
 
 
@@ -148,7 +201,7 @@ def _object(row: Any) -> dict[str, Any] | str:
     return row if isinstance(row, dict) else f"expected a JSON object, got {_show(row)}"
 
 
-def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split: str) -> Rows:
+def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split: str, subset: str | None) -> Rows:
     """The rows of a `datasets` table (kind: ".parquet", ".csv" or "hub"), after checking it has `columns`."""
     import datasets  # slow to import; only file tasks need it
     import pyarrow.parquet
@@ -168,14 +221,15 @@ def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split:
             as_text = datasets.Features({c: datasets.Value("string") for c in header})  # no type guessing: "007" stays
             table = datasets.Dataset.from_csv(file, features=as_text, na_filter=False)
         else:
-            table = datasets.load_dataset(path, split=split)
+            table = datasets.load_dataset(path, subset, split=split)
     except Exception as e:  # datasets, pandas and pyarrow raise many types: a corrupt file, offline hub, unknown id
         while e.__cause__ is not None:  # datasets wraps the parser's error in a vaguer one
             e = e.__cause__  # type: ignore[assignment]
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         if kind == "hub":
             raise ConfigError(
-                f"{key}: '{path}' is not a local file, and loading it as a hub dataset (split '{split}') failed: "
+                f"{key}: '{path}' is not a local file, and loading it as a hub dataset (split '{split}', subset "
+                f"{subset!r}) failed: "
                 f"{reason}; a local file must exist and end in {', '.join(SUPPORTED)}"
             ) from None
         raise ConfigError(f"{key}: cannot read {path} as {kind.lstrip('.')}: {reason}") from None
@@ -184,29 +238,6 @@ def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split:
             its = ", ".join(table.column_names)
             raise ConfigError(f"{key}: {path} has no column '{field}' ({option}); its columns: {its}")
     return list(enumerate(table.select_columns(list(dict.fromkeys(columns))).to_list(), 1))
-
-
-def drop_long_prompts(
-    examples: list[Example], token_counts: list[int], budget: int, mode: LongPrompts
-) -> tuple[list[Example], int]:
-    """(the examples whose prompt fits in `budget` tokens, how many were dropped); budget 0 keeps all."""
-    if len(examples) != len(token_counts):
-        raise ValueError(f"{len(examples)} examples but {len(token_counts)} token counts")
-    over = [i for i, count in enumerate(token_counts) if budget and count > budget]
-    if over and mode is LongPrompts.error:
-        first = over[0]
-        raise ConfigError(
-            f"prompt {examples[first].id} has {token_counts[first]} tokens, over data.max_prompt_tokens={budget} "
-            f"({len(over)} of {len(examples)} prompts are over it); raise data.max_prompt_tokens, "
-            f"or set data.long_prompts=drop to skip them"
-        )
-    if over and len(over) == len(examples):
-        raise ConfigError(
-            f"every prompt is over data.max_prompt_tokens={budget} (the shortest has {min(token_counts)} tokens), "
-            f"so none of the {len(examples)} is left; raise data.max_prompt_tokens"
-        )
-    dropped = set(over)
-    return [e for i, e in enumerate(examples) if i not in dropped], len(over)
 
 
 class PromptStream:

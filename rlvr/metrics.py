@@ -1,4 +1,5 @@
-"""Reduce and log per-step metrics: metrics.jsonl, a live console line, and wandb if asked."""
+"""Reduce and log per-step metrics: metrics.jsonl, a live console line, and wandb if asked; sample rollouts go to
+samples.jsonl (and a wandb table)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,12 @@ class MetricsLogger:
         if not enabled:
             return
         self.path = output_dir / "metrics.jsonl"
-        if resume_step is not None:  # a resumed run redoes the steps after its checkpoint: drop their old rows
-            self._truncate(resume_step)
-        elif self.path.exists() and self.path.stat().st_size:  # an earlier run here that never checkpointed: keep it
-            self.path.rename(output_dir / f"metrics.{int(time.time())}.jsonl")
+        self.samples_path = output_dir / "samples.jsonl"
+        for path in (self.path, self.samples_path):
+            if resume_step is not None:  # a resumed run redoes the steps after its checkpoint: drop their old rows
+                _truncate(path, resume_step)
+            elif path.exists() and path.stat().st_size:  # an earlier run here that never checkpointed: keep it
+                path.rename(output_dir / f"{path.stem}.{int(time.time())}.jsonl")
         self.file = self.path.open("a")
         self.max_steps = max_steps
         self.live = progress and stream.isatty()
@@ -49,13 +52,19 @@ class MetricsLogger:
             self.wandb_run = wandb.init(project=wandb_project, dir=str(output_dir), config=config, id=wandb_id, resume="allow")
             self.wandb_id = self.wandb_run.id
 
-    def _truncate(self, last_step: int) -> None:
-        """Keep the rows up to and including `last_step` (a killed run may have logged steps past its checkpoint)."""
-        if not self.path.exists():
+    def samples(self, rows: list[dict[str, Any]]) -> None:
+        """Append sample rollouts (rlvr.samples.records) to samples.jsonl, and to wandb as a table."""
+        if not self.enabled or not rows:
             return
-        lines = self.path.read_text().splitlines(keepends=True)
-        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= last_step]
-        self.path.write_text("".join(kept))
+        with self.samples_path.open("a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        if self.wandb_run is not None:
+            import wandb
+
+            columns = list(rows[0])
+            data = [[row[c] if c == "reward" else str(row[c]) for c in columns] for row in rows]
+            table = wandb.Table(columns=list[str | int](columns), data=data)
+            self.wandb_run.log({f"samples/{rows[0]['kind']}": table}, step=rows[0]["step"])
 
     def note(self, message: str) -> None:
         """A line on the console (rank 0)."""
@@ -98,6 +107,15 @@ class MetricsLogger:
         self.file.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
+
+
+def _truncate(path: Path, last_step: int) -> None:
+    """Keep the rows up to and including `last_step` (a killed run may have logged steps past its checkpoint)."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= last_step]
+    path.write_text("".join(kept))
 
 
 def _clock(seconds: float) -> str:

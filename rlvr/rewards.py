@@ -7,18 +7,23 @@ A sample whose verifier call times out or raises gets the "no answer" reward and
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 
 from rlvr import algo
 from rlvr.config import AlgoConfig, ConfigError, RewardConfig, VerifierName
 from rlvr.types import Completion
 from rlvr.verifiers import Outcome
-from rlvr.verifiers.pool import Result, VerifierPool
+from rlvr.verifiers.pool import Result, VerifierPool, load_function
 
+# verifier -> (its verify function, the in-process function that shows which answer it read: samples and warnings)
 VERIFIERS = {
-    VerifierName.arithmetic: "rlvr.verifiers.arithmetic:verify",
-    VerifierName.math: "rlvr.verifiers.math:verify",
-    VerifierName.countdown: "rlvr.verifiers.countdown:verify",
+    VerifierName.arithmetic: ("rlvr.verifiers.arithmetic:verify", "rlvr.verifiers.arithmetic:extract"),
+    VerifierName.math: ("rlvr.verifiers.math:verify", "rlvr.verifiers.math:extract_answer"),
+    VerifierName.countdown: ("rlvr.verifiers.countdown:verify", "rlvr.verifiers.countdown:extract_expression"),
+    VerifierName.gym: ("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract"),
 }
 
 
@@ -28,7 +33,19 @@ class Rewarder:
     def __init__(self, cfg: RewardConfig, algo_cfg: AlgoConfig, *, max_len: int, task_verifier: VerifierName):
         self.cfg, self.algo, self.max_len = cfg, algo_cfg, max_len
         verifier = task_verifier if cfg.verifier is VerifierName.task else cfg.verifier
-        primary = cfg.fn if cfg.fn is not None else VERIFIERS[verifier]
+        if cfg.partial and (verifier is not VerifierName.gym or cfg.fn is not None):
+            raise ConfigError(f"reward.partial=true needs the gym verifier (data=gym), whose scorer gives partial credit; "
+                              f"this run's verifier is {cfg.fn or verifier.value}")  # fmt: skip
+        verify_path, extract_path = VERIFIERS[verifier] if cfg.fn is None else (cfg.fn, None)
+        primary: str | Callable = verify_path
+        self.extract_fn: Callable[[str], str | None] | None = extract_path and load_function(extract_path)
+        if cfg.fn is None and verifier is VerifierName.math:  # the answer extractors, in order (reward.extract)
+            extract = tuple(e.value for e in cfg.extract)
+            primary = functools.partial(load_function(verify_path), extract=extract)  # pickled to the workers
+            self.extract_fn = functools.partial(load_function(VERIFIERS[verifier][1]), extractors=extract)
+        if cfg.partial:
+            primary = "rlvr.verifiers.gym:score"  # a float in [0, 1]; "correct" is a score of 1.0
+        self.partial = cfg.partial
         # A bad import path fails here, before any model loads.
         self.primary = _pool("reward.fn", primary, cfg)
         self.terms = [(t.fn, t.weight, _pool(f"reward.terms[{i}].fn", t.fn, cfg)) for i, t in enumerate(cfg.terms)]
@@ -43,20 +60,34 @@ class Rewarder:
                     Outcome.NO_ANSWER: self.cfg.no_answer}[result]
         return result
 
-    def outcomes(self, texts: list[str], answers: list[str]) -> list[bool]:
-        """Correct or not, by the primary verifier alone (evaluation)."""
-        results, _ = self.primary.score(list(zip(texts, answers)))
-        return [_is_correct(r) for r in results]
+    def is_correct(self, result: Result) -> bool:
+        """CORRECT for an Outcome; a positive score from a user function; a full score (1.0) with partial credit."""
+        if isinstance(result, Outcome):
+            return result is Outcome.CORRECT
+        return result >= 1.0 if self.partial else result > 0
+
+    def judge(self, texts: list[str], answers: list[str]) -> list[Result]:
+        """The primary verifier's results alone (evaluation)."""
+        return self.primary.score(list(zip(texts, answers)))[0]
+
+    def extract(self, text: str) -> str | None:
+        """The answer the verifier reads in a completion (None: none found, or a user function that does not say)."""
+        return None if self.extract_fn is None else self.extract_fn(text)
 
     def score(
         self, completions: list[Completion], answers: list[str]
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        """(rewards [n], correct [n] in {0, 1}, metrics) for completions and their ground truths."""
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], list[Result]]:
+        """(rewards [n], correct [n] in {0, 1}, metrics, the primary verifier's results) for completions and their
+        ground truths."""
         pairs = [(c.text, a) for c, a in zip(completions, answers)]
         results, stats = self.primary.score(pairs)
         rewards = torch.tensor([self.value(r) for r in results])  # [n]
-        correct = torch.tensor([float(_is_correct(r)) for r in results])  # [n]
-        metrics = {"verifier/timeouts": float(stats.timeouts), "verifier/errors": float(stats.errors)}
+        correct = torch.tensor([float(self.is_correct(r)) for r in results])  # [n]
+        metrics = {
+            "verifier/timeouts": float(stats.timeouts),
+            "verifier/errors": float(stats.errors),
+            "reward/no_answer_frac": sum(r is Outcome.NO_ANSWER for r in results) / max(len(results), 1),
+        }
         for name, weight, pool in self.terms:
             term_results, term_stats = pool.score(pairs)
             term = torch.tensor([self.value(r) for r in term_results])  # [n]
@@ -72,20 +103,16 @@ class Rewarder:
             )  # [n]
             rewards = rewards + penalty
             metrics["reward/overlong_penalty"] = penalty.mean().item()
-        return rewards, correct, metrics
+        return rewards, correct, metrics, results
 
     def close(self) -> None:
         for pool in self.pools:
             pool.close()
 
 
-def _pool(key: str, fn: str, cfg: RewardConfig) -> VerifierPool:
+def _pool(key: str, fn: str | Callable, cfg: RewardConfig) -> VerifierPool:
     try:
         return VerifierPool(fn, workers=cfg.workers, timeout_s=cfg.timeout_s)
     except ValueError as e:
         raise ConfigError(f"{key}: {e}") from None
 
-
-def _is_correct(result: Result) -> bool:
-    """CORRECT for an Outcome; a positive score for a user function that returns numbers."""
-    return result is Outcome.CORRECT if isinstance(result, Outcome) else result > 0

@@ -18,6 +18,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 import logging  # noqa: E402
 
 from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.inputs import TokensPrompt  # noqa: E402
 
 from rlvr import distributed  # noqa: E402
 from rlvr.types import Completion  # noqa: E402
@@ -70,22 +71,25 @@ class Engine:
 
     def generate(
         self,
-        prompts: list[str],
+        prompts: list[tuple[int, ...]],
         *,
         n: int,
         max_tokens: int,
         temperature: float,
         top_p: float,
-        seeds: list[int],
+        seeds: list[int] | None,
+        stop: list[str],
     ) -> list[list[Completion]]:
-        """Sample `n` completions per prompt; one seed per prompt makes sampling reproducible."""
+        """Sample `n` completions per prompt (token ids, as rlvr.prompts rendered them); one seed per prompt makes
+        sampling reproducible. temperature 0 is greedy. Generation ends at the model's EOS / end-of-turn tokens (vLLM
+        reads them from the generation config), at a `stop` string, or after `max_tokens`; the text excludes them."""
         params = [
-            SamplingParams(
-                n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=s, logprobs=0
-            )
-            for s in seeds
+            SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=s, stop=stop or None,
+                           logprobs=0 if temperature > 0 else None)  # fmt: skip
+            for s in (seeds if seeds is not None else [None] * len(prompts))
         ]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        requests: list[TokensPrompt] = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [
             [
                 Completion(
@@ -100,10 +104,9 @@ class Engine:
             for out in outputs
         ]
 
-    def greedy(self, prompts: list[str], *, max_tokens: int) -> list[str]:
-        """Greedy decoding (evaluation)."""
-        params = SamplingParams(n=1, max_tokens=max_tokens, temperature=0.0)
-        return [out.outputs[0].text for out in self.llm.generate(prompts, params, use_tqdm=False)]
+    def greedy(self, prompts: list[tuple[int, ...]], *, max_tokens: int, stop: list[str]) -> list[Completion]:
+        """Greedy decoding (evaluation): one completion per prompt."""
+        return [g[0] for g in self.generate(prompts, n=1, max_tokens=max_tokens, temperature=0.0, top_p=1.0, seeds=None, stop=stop)]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the engine's weights (checkpoint names) and drop cached prefixes of the old ones."""

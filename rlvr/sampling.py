@@ -6,26 +6,30 @@ prompts and scores it; the shares are then gathered, so every rank holds the sam
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
-from rlvr import algo, distributed
+from rlvr import algo, distributed, samples
 from rlvr.config import Config, FilterMetric
 from rlvr.data import PromptStream
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.types import Completion, Example, RolloutBatch
+from rlvr.verifiers import Outcome
 
 
 def collect(
     engine: Engine, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int
-) -> tuple[RolloutBatch | None, dict[str, float]]:
+) -> tuple[RolloutBatch | None, dict[str, float], list[dict[str, Any]]]:
     """Roll out until B informative groups are kept (or the round cap): steps 1-4 of the loop.
 
     Without dynamic sampling this is one round of B prompts, all kept. With it, each round draws B
     more prompts; groups whose filter metric is identical across all G are dropped; the kept groups
     are trimmed to exactly B. After `max_gen_batches` rounds the step trains on what was kept, and
-    returns None (a skipped step) if nothing was.
+    returns None (a skipped step) if nothing was. Also returns the first round's first logger.num_samples
+    completions as sample records (rlvr.samples).
     """
     a, r = cfg.algo, cfg.rollout
     G, B = a.group_size, a.prompts_per_step
@@ -40,18 +44,20 @@ def collect(
     all_rewards: list[torch.Tensor] = []
     lengths: list[int] = []
     truncated = 0
+    first_round: list[dict[str, Any]] = []
     for round_ in range(rounds):
         if len(kept) >= B:
             break
         examples = stream.take(B)  # the same B on every rank: the stream is seeded alike
         seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(B).tolist()
         local = engine.generate(
-            [e.prompt for e in examples[mine]],
+            [e.prompt_ids for e in examples[mine]],
             n=G,
             max_tokens=r.max_new_tokens,
             temperature=r.temperature,
             top_p=r.top_p,
             seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
+            stop=r.stop,
         )
         local_rewards = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)])
         # every rank gets every engine's groups, in prompt order: from here on all ranks hold the same round
@@ -60,7 +66,13 @@ def collect(
         rewards = torch.cat([part[1] for part in shares])  # [B*G]
         correct = torch.cat([part[2] for part in shares])  # [B*G]
         reward_metrics += [part[3] for part in shares]
+        results = [res for part in shares for res in part[4]]  # [B*G]
         flat = [c for g in groups for c in g]
+        if round_ == 0:
+            n = cfg.logger.num_samples
+            shown = [ex for ex in examples for _ in range(G)][:n]
+            first_round = samples.records("train", step, shown, flat[:n], results[:n], rewards[:n].tolist(),
+                                          engine.tokenizer, rewarder)  # fmt: skip
         metric = correct if a.filter_metric is FilterMetric.correctness else rewards
         informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(B, dtype=torch.bool)
         for i in torch.nonzero(informative)[:, 0].tolist():
@@ -92,7 +104,7 @@ def collect(
         metrics[key] = sum(m[key] for m in reward_metrics)
     if not kept:
         metrics["skip_reason"] = "no informative group after max_gen_batches rounds"  # type: ignore[assignment]
-        return None, metrics
+        return None, metrics, first_round
     completions = [c for g, _, _ in kept for c in g]
     batch = RolloutBatch.from_completions(
         completions,
@@ -101,19 +113,38 @@ def collect(
         pad_id=engine.tokenizer.pad_token_id or 0,
     )
     metrics["batch/tokens"] = int(batch.response_mask.sum())
-    return batch, metrics
+    return batch, metrics, first_round
 
 
 def evaluate(
-    engine: Engine, examples: list[Example], rewarder: Rewarder, max_new_tokens: int, tensor_parallel_size: int
-) -> dict[str, float]:
-    """Greedy accuracy on the held-out set; each engine decodes a strided share of it."""
-    index, engines = distributed.engine_index(tensor_parallel_size)
+    engine: Engine, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Greedy accuracy on the held-out set, and the first logger.num_samples completions as sample records.
+
+    Each engine decodes a strided share of the set; the counts are summed over engines (records: the first engine's).
+    """
+    tp = cfg.rollout.tensor_parallel_size
+    index, engines = distributed.engine_index(tp)
     mine = examples[index::engines]
-    texts = engine.greedy([e.prompt for e in mine], max_tokens=max_new_tokens)
-    hits = sum(rewarder.outcomes(texts, [e.answer for e in mine]))
-    correct = sum(distributed.all_gather_objects(hits)[::tensor_parallel_size])
-    return {"eval/accuracy": correct / len(examples)}
+    completions = engine.greedy([e.prompt_ids for e in mine], max_tokens=cfg.rollout.max_new_tokens, stop=cfg.rollout.stop)
+    results = rewarder.judge([c.text for c in completions], [e.answer for e in mine])
+    counts = [
+        sum(rewarder.is_correct(r) for r in results),
+        sum(r is Outcome.NO_ANSWER for r in results),
+        sum(len(c.token_ids) for c in completions),
+        sum(c.finish_reason == "length" for c in completions),
+    ]
+    correct, no_answer, tokens, truncated = np.sum(distributed.all_gather_objects(counts)[::tp], axis=0).tolist()
+    n = cfg.logger.num_samples
+    rewards = [rewarder.value(r) for r in results[:n]]
+    rows = samples.records("eval", step, mine[:n], completions[:n], results[:n], rewards, engine.tokenizer, rewarder)
+    metrics = {
+        "eval/accuracy": correct / len(examples),
+        "eval/no_answer_frac": no_answer / len(examples),
+        "eval/response_length": tokens / len(examples),
+        "eval/truncated_frac": truncated / len(examples),
+    }
+    return metrics, rows
 
 
 def mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -21,15 +21,14 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoTokenizer
 
-from rlvr import algo, checkpoint, distributed
+from rlvr import algo, checkpoint, distributed, prompts, samples
 from rlvr.config import Advantage, Config, ConfigError, resolve_model_path
-from rlvr.data import PromptStream, drop_long_prompts, load_task
+from rlvr.data import PromptStream, load_task
 from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.sampling import collect, evaluate, mean_dicts
-from rlvr.types import Example
 
 
 class RunStopped(RuntimeError):
@@ -59,7 +58,11 @@ def train(cfg: Config) -> Path:
     checkpoint.ensure_writable(out)
     model_path = resolve_model_path(cfg.model.path)
     train_set, eval_set, task_verifier = load_task(cfg.data)
-    train_set, eval_set, max_model_len, dropped = fit_prompts(train_set, eval_set, model_path, cfg)
+    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
+    train_set, eval_set, max_model_len, dropped = prompts.prepare(  # the token ids the engine and learner will see
+        train_set, eval_set, AutoTokenizer.from_pretrained(model_path), context, cfg.data, cfg.rollout.max_new_tokens,
+        verbose=distributed.is_main(),
+    )
     resume_from = checkpoint.resolve_resume(t.resume, out)
     if resume_from is None and checkpoint.latest(out) is not None:  # trainer.resume=never over an earlier run
         raise ConfigError(
@@ -112,9 +115,12 @@ def train(cfg: Config) -> Path:
         wandb_id=run["wandb_id"],
     )
     run["wandb_id"] = logger.wandb_id
-    evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg.rollout.max_new_tokens, cfg.rollout.tensor_parallel_size)
+    evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg)
     if resume_from is None:
-        logger.log({"step": 0, **dropped, **evaluate_now()})
+        eval_metrics, eval_samples = evaluate_now(0)
+        logger.log({"step": 0, **dropped, **eval_metrics})
+        logger.samples(eval_samples)
+        warn_if_unreadable("the step-0 evaluation (greedy)", eval_metrics["eval/no_answer_frac"], eval_samples)
     else:
         logger.note(f"resumed from {resume_from} (step {run['step']})")
     loss_kwargs = dict(
@@ -132,8 +138,12 @@ def train(cfg: Config) -> Path:
     for step in range(run["step"] + 1, t.max_steps + 1):
         t_start = time.perf_counter()
         # 1-4. Draw prompts, sample G answers each, verify, and (DAPO) refill until B groups are informative.
-        batch, metrics = collect(engine, stream, rewarder, cfg, step)
+        batch, metrics, train_samples = collect(engine, stream, rewarder, cfg, step)
         metrics.update({"data/epoch": stream.epoch, "data/index": stream.index})  # the stream's position after drawing
+        if step == 1:
+            warn_if_unreadable("step 1 (sampled)", metrics["reward/no_answer_frac"], train_samples)
+        if cfg.logger.samples_every and step % cfg.logger.samples_every == 0:
+            logger.samples(train_samples)
         t_rollout = time.perf_counter()
         if batch is None:
             logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start})
@@ -200,14 +210,17 @@ def train(cfg: Config) -> Path:
                 "perf/tokens_per_s": metrics["perf/generated_tokens"] / step_s,
             }
         )
+        eval_samples = []
         if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
-            metrics.update(evaluate_now())
+            eval_metrics, eval_samples = evaluate_now(step)
+            metrics.update(eval_metrics)
         # A non-finite loss or gradient norm skipped that update (learner.update); too many such steps in a row stop
         # the run, and a step with one is never checkpointed, so the last good checkpoint stays the newest.
         bad = sum(m["bad"] for m in update_metrics)
         metrics["actor/bad_updates"] = bad
         run["bad_in_a_row"] = run["bad_in_a_row"] + 1 if bad else 0
         logger.log({"step": step, **metrics})
+        logger.samples(eval_samples)
         if run["bad_in_a_row"] >= t.max_bad_steps:
             newest = checkpoint.latest(out)
             raise RunStopped(
@@ -312,28 +325,8 @@ def check_world(cfg: Config, world_size: int) -> None:
         )
 
 
-def fit_prompts(
-    train_set: list[Example], eval_set: list[Example], model_path: str, cfg: Config
-) -> tuple[list[Example], list[Example], int, dict[str, int]]:
-    """Drop (or reject) prompts over the budget; return the sets, the engine's max_model_len and the counts dropped.
-
-    The budget is data.max_prompt_tokens, or else what the model's context leaves after rollout.max_new_tokens, so
-    no prompt can fail inside the engine hours into a run.
-    """
-    tok = AutoTokenizer.from_pretrained(model_path)
-    max_new = cfg.rollout.max_new_tokens
-    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
-    budget = cfg.data.max_prompt_tokens or context - max_new
-    sizes = []
-    for examples in (train_set, eval_set):
-        counts = [len(ids) for ids in tok([e.prompt for e in examples], add_special_tokens=True)["input_ids"]]
-        kept, dropped = drop_long_prompts(examples, counts, budget, cfg.data.long_prompts)
-        sizes.append((kept, dropped, max((c for c in counts if c <= budget), default=1)))
-    (train_set, train_dropped, train_longest), (eval_set, eval_dropped, eval_longest) = sizes
-    if not eval_set:
-        raise ConfigError(f"no evaluation prompt fits the prompt budget ({budget} tokens, data.max_prompt_tokens)")
-    if distributed.is_main() and train_dropped + eval_dropped:
-        print(f"rlvr: dropped {train_dropped} training and {eval_dropped} evaluation prompts over the prompt budget "
-              f"of {budget} tokens (data.max_prompt_tokens; data.long_prompts=error rejects them instead)", file=sys.stderr)  # fmt: skip
-    max_model_len = min(context, max(train_longest, eval_longest) + max_new)
-    return train_set, eval_set, max_model_len, {"data/dropped_train_prompts": train_dropped, "data/dropped_eval_prompts": eval_dropped}
+def warn_if_unreadable(where: str, no_answer_frac: float, rows: list[dict[str, Any]]) -> None:
+    """Say so (rank 0, on stderr) when almost no completion has an answer the verifier can read."""
+    warning = samples.format_warning(where, no_answer_frac, rows)
+    if warning is not None and distributed.is_main():
+        print(warning, file=sys.stderr, flush=True)

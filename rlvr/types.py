@@ -9,11 +9,13 @@ import torch
 
 @dataclass(frozen=True)
 class Example:
-    """One prompt with its ground-truth answer."""
+    """One prompt with its ground-truth answer; `prompt_ids` are set once the prompt is rendered (rlvr.prompts)."""
 
     id: str
-    prompt: str
+    prompt: str  # the prompt text (a `messages` row: its last user message)
     answer: str
+    messages: tuple[dict[str, str], ...] | None = None  # a chat row's own messages ({role, content}), else None
+    prompt_ids: tuple[int, ...] = ()  # the token ids the engine sees and the learner trains on
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ G, B = 4, 3
 
 
 class FakeEngine:
-    """Returns, for prompt 'p<k>', G completions whose texts come from a script keyed by k."""
+    """Returns, for prompt ids (k,), G completions whose texts come from a script keyed by k."""
 
     def __init__(self, script: dict[int, list[str]]) -> None:
         self.script = script
@@ -29,16 +29,20 @@ class FakeEngine:
         class _Tok:
             pad_token_id = 0
 
+            @staticmethod
+            def decode(ids, skip_special_tokens):
+                return " ".join(map(str, ids))
+
         self.tokenizer = _Tok()
 
-    def generate(self, prompts, *, n, max_tokens, temperature, top_p, seeds):
+    def generate(self, prompts, *, n, max_tokens, temperature, top_p, seeds, stop):
         self.calls += 1
-        assert n == G and len(seeds) == len(prompts)
+        assert n == G and len(seeds) == len(prompts) and stop == []
         return [
             [
                 Completion(prompt_ids=[5, 6], token_ids=[7] * len(text) + [1], text=text,
                            finish_reason="stop", engine_logprobs=[-0.5] * (len(text) + 1))
-                for text in self.script[int(p[1:])]
+                for text in self.script[p[0]]
             ]
             for p in prompts
         ]
@@ -67,7 +71,7 @@ def make_cfg(dynamic: bool, max_gen_batches: int = 3):
 
 
 def stream_of(kinds: list[list[str]]) -> tuple[PromptStream, FakeEngine]:
-    examples = [Example(id=str(k), prompt=f"p{k}", answer="") for k in range(len(kinds))]
+    examples = [Example(id=str(k), prompt=f"p{k}", answer="", prompt_ids=(k,)) for k in range(len(kinds))]
     stream = PromptStream(examples, seed=0)
     stream._order = list(range(len(kinds)))  # scripted order: prompt k is drawn k-th
     return stream, FakeEngine(dict(enumerate(kinds)))
@@ -75,7 +79,7 @@ def stream_of(kinds: list[list[str]]) -> tuple[PromptStream, FakeEngine]:
 
 def test_without_dynamic_sampling_one_round_keeps_everything():
     stream, engine = stream_of([ALL_OK, MIXED, ALL_BAD])
-    batch, m = run_collect(stream, engine, make_cfg(dynamic=False))
+    batch, m, _ = run_collect(stream, engine, make_cfg(dynamic=False))
     assert engine.calls == 1 and m["sampling/rounds"] == 1
     assert batch is not None and batch.num_rows == B * G
     assert batch.rewards.tolist() == [1.0] * 4 + [1.0, 0.0, 0.0, 1.0] + [0.0] * 4
@@ -85,7 +89,7 @@ def test_without_dynamic_sampling_one_round_keeps_everything():
 def test_refill_until_b_informative_groups_then_trim():
     # round 1 keeps 1 of 3, round 2 keeps 3 more -> 4 kept, trimmed to B = 3
     stream, engine = stream_of([ALL_OK, MIXED, ALL_BAD, MIXED, MIXED, MIXED, ALL_OK, ALL_OK, ALL_OK])
-    batch, m = run_collect(stream, engine, make_cfg(dynamic=True))
+    batch, m, _ = run_collect(stream, engine, make_cfg(dynamic=True))
     assert engine.calls == 2 and m["sampling/rounds"] == 2
     assert batch is not None and batch.num_rows == B * G
     assert batch.correct.tolist() == [1.0, 0.0, 0.0, 1.0] * 3
@@ -94,21 +98,32 @@ def test_refill_until_b_informative_groups_then_trim():
 
 def test_cap_reached_trains_on_what_was_kept():
     stream, engine = stream_of([MIXED, ALL_OK, ALL_BAD] + [ALL_OK] * 6)
-    batch, m = run_collect(stream, engine, make_cfg(dynamic=True, max_gen_batches=3))
+    batch, m, _ = run_collect(stream, engine, make_cfg(dynamic=True, max_gen_batches=3))
     assert engine.calls == 3
     assert batch is not None and batch.num_rows == 1 * G
 
 
 def test_nothing_kept_skips_the_step_without_raising():
     stream, engine = stream_of([ALL_OK, ALL_BAD, ALL_OK] * 2)
-    batch, m = run_collect(stream, engine, make_cfg(dynamic=True, max_gen_batches=2))
+    batch, m, _ = run_collect(stream, engine, make_cfg(dynamic=True, max_gen_batches=2))
     assert batch is None and engine.calls == 2
     assert "no informative group" in m["skip_reason"]
 
 
 def test_a_crashing_verifier_costs_one_sample():
     stream, engine = stream_of([["ok", "boom", "no", "ok"], MIXED, MIXED])
-    batch, m = run_collect(stream, engine, make_cfg(dynamic=False))
+    batch, m, _ = run_collect(stream, engine, make_cfg(dynamic=False))
     assert batch is not None
     assert batch.rewards[:4].tolist() == [1.0, 0.0, 0.0, 1.0]  # the crash scored as "no answer"
     assert m["verifier/errors"] == 1.0
+
+
+def test_first_round_samples_are_recorded():
+    stream, engine = stream_of([["ok", "boom", "no", "ok"], MIXED, MIXED])
+    cfg = make_cfg(dynamic=False)
+    _, m, rows = run_collect(stream, engine, cfg)
+    assert len(rows) == min(cfg.logger.num_samples, B * G)
+    assert [r["outcome"] for r in rows[:4]] == ["correct", "no_answer", "incorrect", "correct"]
+    assert rows[0]["prompt"] == "0" and rows[0]["completion"] == "7 7 1" and rows[0]["kind"] == "train"
+    assert rows[0]["extracted"] is None  # a user function does not say which answer it read
+    assert m["reward/no_answer_frac"] == pytest.approx(1 / 12)

@@ -80,6 +80,12 @@ def test_unknown_key_suggests_the_right_one():
         ("algo.prompts_per_minibatch=7", "algo.prompts_per_minibatch"),
         ("algo.clip_ratio_c=0.5", "algo.clip_ratio_c"),
         ("algo.group_size=0", "algo.group_size"),
+        ("algo.group_size=1", "every advantage is 0"),  # nothing can be learned: a config error, not a silent run
+        ("data.prompt_template=no_placeholder", "data.prompt_template"),
+        ("reward.extract=[]", "reward.extract"),
+        ("reward.extract=[boxed,nope]", "reward.extract"),
+        ("data.format=html", "data.format"),
+        ("logger.num_samples=0", "logger.num_samples"),
     ],
 )
 def test_cross_field_checks_name_the_key(override, key):

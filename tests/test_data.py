@@ -13,8 +13,9 @@ import pytest
 from conftest import compose_config
 
 from rlvr.cli import RECIPES
-from rlvr.config import ConfigError, DataConfig, LongPrompts, Task, VerifierName, validate
-from rlvr.data import PromptStream, drop_long_prompts, load_task
+from rlvr.config import AnswerExtract, ConfigError, DataConfig, LongPrompts, PromptFormat, Task, VerifierName, validate
+from rlvr.data import PromptStream, load_task
+from rlvr.prompts import drop_long_prompts
 from rlvr.tasks import arithmetic
 from rlvr.types import Example
 from rlvr.verifiers import Outcome
@@ -81,7 +82,9 @@ ROWS = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(1
 
 
 def file_cfg(path, eval_path=None, eval_size=2, **kw) -> DataConfig:
-    fields = dict(prompt_key="prompt", answer_key="answer", max_prompt_tokens=0, long_prompts=LongPrompts.drop)
+    fields = dict(prompt_key="prompt", answer_key="answer", max_prompt_tokens=0, long_prompts=LongPrompts.drop,
+                  format=PromptFormat.auto, system_prompt=None, prompt_template="{prompt}", subset=None,
+                  answer_extract=AnswerExtract.none, name=None, size=0, seed=0, options={})
     return DataConfig(task=Task.file, path=str(path), eval_path=eval_path and str(eval_path), split="train",
                       eval_size=eval_size, **{**fields, **kw})
 
@@ -163,7 +166,11 @@ def test_eval_size_must_leave_training_rows(tmp_path):
         (['{"prompt": "a", "solution": "1"}'], ["line 3", "'answer'", "data.answer_key", "prompt, solution"]),
         (['{"question": "a", "answer": "1"}'], ["line 3", "'prompt'", "data.prompt_key", "question, answer"]),
         (['{"prompt": "", "answer": "1"}'], ["line 3", "'prompt'", "non-empty string"]),
-        (['{"prompt": [{"role": "user"}], "answer": "1"}'], ["line 3", "'prompt'", "got list"]),
+        (['{"prompt": [{"role": "user"}], "answer": "1"}'], ["line 3", "'prompt'", "message 0", "'role' and 'content'"]),
+        (['{"prompt": [], "answer": "1"}'], ["line 3", "'prompt'", "empty list of messages"]),
+        (['{"prompt": [{"role": "system", "content": "x"}], "answer": "1"}'], ["line 3", "no user message"]),
+        (['{"prompt": [{"role": "bot", "content": "x"}], "answer": "1"}'], ["line 3", "message 0", "system|user|assistant"]),
+        (['{"prompt": {"text": "a"}, "answer": "1"}'], ["line 3", "'prompt'", "a list of chat messages, got dict"]),
         (['{"prompt": "a", "answer": null}'], ["line 3", "'answer'", "empty"]),
         (['{"prompt": "a", "answer": " "}'], ["line 3", "'answer'", "empty"]),
         (['{"prompt": "a", "answer": ["1", "2"]}'], ["line 3", "'answer'", "string or a number"]),
@@ -248,25 +255,30 @@ def test_hub_id_offline_is_a_config_error():
 
 # --- the prompt budget ------------------------------------------------------------------------------------------
 
-EXAMPLES = [Example(f"d.jsonl:{n}", f"p{n}", "1") for n in range(1, 5)]
+def examples_of_lengths(lengths: list[int]) -> list[Example]:
+    return [Example(f"d.jsonl:{n}", f"p{n}", "1", prompt_ids=(7,) * k) for n, k in enumerate(lengths, 1)]
+
+
+EXAMPLES = examples_of_lengths([3, 9, 5, 10])
 
 
 def test_drop_long_prompts_keeps_those_within_budget():
-    assert drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 5, LongPrompts.drop) == ([EXAMPLES[0], EXAMPLES[2]], 2)
-    assert drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 0, LongPrompts.error) == (EXAMPLES, 0)  # 0 = no budget
-    assert drop_long_prompts(EXAMPLES, [3, 4, 5, 1], 5, LongPrompts.error) == (EXAMPLES, 0)
+    assert drop_long_prompts(EXAMPLES, 5, LongPrompts.drop) == ([EXAMPLES[0], EXAMPLES[2]], 2)
+    assert drop_long_prompts(EXAMPLES, 0, LongPrompts.error) == (EXAMPLES, 0)  # 0 = no budget
+    short = examples_of_lengths([3, 4, 5, 1])
+    assert drop_long_prompts(short, 5, LongPrompts.error) == (short, 0)
 
 
 def test_long_prompt_error_names_the_first_one():
     with pytest.raises(ConfigError) as info:
-        drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 5, LongPrompts.error)
+        drop_long_prompts(EXAMPLES, 5, LongPrompts.error)
     message = str(info.value)
     assert "d.jsonl:2 has 9 tokens" in message and "data.max_prompt_tokens=5" in message and "2 of 4" in message
 
 
 def test_dropping_every_prompt_is_an_error():
     with pytest.raises(ConfigError, match=r"every prompt is over data.max_prompt_tokens=2 \(the shortest has 3"):
-        drop_long_prompts(EXAMPLES, [3, 9, 5, 10], 2, LongPrompts.drop)
+        drop_long_prompts(EXAMPLES, 2, LongPrompts.drop)
 
 
 # --- the data=file recipe ---------------------------------------------------------------------------------------
@@ -279,10 +291,65 @@ def test_file_recipe_validates_and_requires_a_path():
         validate(compose_config("data=file"))
 
 
-def test_file_recipe_comments_every_field():
-    lines = (Path(RECIPES) / "data" / "file.yaml").read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line and not line.startswith("#"):
-            assert i > 0 and lines[i - 1].startswith("#"), line
-    stated = {line.split(":")[0] for line in lines if line and not line.startswith("#")}
-    assert stated == {f.name for f in fields(DataConfig)}
+def test_every_data_field_is_stated_once_with_a_comment():
+    """config.yaml's data block states every DataConfig field, each under a comment; a data group file overrides only
+    known fields, each under a comment too."""
+    root = (Path(RECIPES) / "config.yaml").read_text().split("\ndata:\n")[1].split("\n\n")[0].splitlines()
+    groups = [(Path(RECIPES) / "data" / f"{name}.yaml").read_text().splitlines() for name in ("arithmetic", "file", "gym")]
+    for lines, indent in [(root, "  ")] + [(g, "") for g in groups]:
+        keys = [i for i, line in enumerate(lines) if line.startswith(indent) and not line.strip().startswith("#")]
+        for i in keys:
+            assert i > 0 and lines[i - 1].strip().startswith("#"), lines[i]
+        stated = [lines[i].strip().split(":")[0] for i in keys]
+        assert set(stated) <= {f.name for f in fields(DataConfig)} and len(stated) == len(set(stated))
+        if indent:
+            assert set(stated) == {f.name for f in fields(DataConfig)}
+
+
+# --- datasets in their usual shapes: chat rows, GSM8K and MATH solutions ------------------------------------------
+
+
+def test_chat_message_rows_keep_their_messages(tmp_path):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"prompt": messages, "answer": 4}, *ROWS])
+    train, _, _ = load_task(file_cfg(path, eval_size=1))
+    assert train[0].messages == tuple(messages) and train[0].prompt == "What is 2 + 2?" and train[0].answer == "4"
+    assert train[1].messages is None and train[1].prompt == ROWS[0]["prompt"]
+
+
+GSM8K = [  # the shape of GSM8K's "main" rows: a worked solution ending in "#### <answer>"
+    {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+                 "How many clips did Natalia sell altogether in April and May?",
+     "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips.\n#### 72"},
+    {"question": "A farm has 1,200 hens and buys 300 more. How many hens?", "answer": "1200 + 300 = 1500\n#### 1,500"},
+    {"question": "q3", "answer": "x\n#### -3"},
+]
+MATH = [  # the shape of MATH rows: a solution with the final answer boxed
+    {"problem": "What is $\\frac{1}{2} + \\frac{1}{4}$?", "solution": "We get $\\frac{2}{4} + \\frac{1}{4} = \\boxed{\\frac{3}{4}}$."},
+    {"problem": "Find $x$.", "solution": "First $\\boxed{2}$ was wrong; so $x = \\boxed{\\sqrt{2}}$."},
+]
+
+
+def test_gsm8k_solutions_reduce_to_the_final_answer(tmp_path):
+    path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    train, held_out, _ = load_task(file_cfg(path, eval_size=1, prompt_key="question", answer_extract=AnswerExtract.hashes))
+    assert [e.answer for e in train + held_out] == ["72", "1500", "-3"]
+    assert train[0].prompt.startswith("Natalia sold clips")
+
+
+def test_math_solutions_reduce_to_the_last_boxed_answer(tmp_path):
+    path = write_jsonl(tmp_path / "math.jsonl", MATH)
+    train, held_out, _ = load_task(file_cfg(path, eval_size=1, prompt_key="problem", answer_key="solution",
+                                            answer_extract=AnswerExtract.boxed))  # fmt: skip
+    assert [e.answer for e in train + held_out] == ["\\frac{3}{4}", "\\sqrt{2}"]
+
+
+def test_a_solution_without_a_final_answer_is_named(tmp_path):
+    path = write_jsonl(tmp_path / "gsm8k.jsonl", [*GSM8K, {"question": "q", "answer": "no hashes here"}])
+    message = load_error(file_cfg(path, eval_size=1, prompt_key="question", answer_extract=AnswerExtract.hashes))
+    assert "line 4" in message and "data.answer_extract=hashes" in message and "no final answer" in message
+
+
+def test_hub_subset_is_named_when_loading_fails():
+    message = load_error(file_cfg("someone/no-such-dataset-xyz", subset="main"))
+    assert "subset 'main'" in message

@@ -68,7 +68,8 @@ def test_saved_model_loads_in_transformers_and_vllm(runs):
             out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
         expected.append(tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
     engine = Engine(folder, seed=0, max_model_len=32, dtype="float32", gpu_memory_utilization=0.5, cpu_kv_cache_gib=1)
-    assert engine.greedy(prompts, max_tokens=8) == expected
+    ids = [tuple(i) for i in tok(prompts)["input_ids"]]
+    assert [c.text for c in engine.greedy(ids, max_tokens=8, stop=[])] == expected
     del engine
 
 

@@ -27,7 +27,7 @@ def test_verifier_terms_and_overlong_shaping_add_up():
     try:
         # max_len 8, buffer 0.2 * 8 = 1.6: 7 tokens is inside the buffer, 8 is at the limit
         batch = [completion("46", 3), completion("45", 7), completion("x", 8)]
-        rewards, correct, m = rewarder.score(batch, ["46", "46", "46"])
+        rewards, correct, m, _ = rewarder.score(batch, ["46", "46", "46"])
     finally:
         rewarder.close()
     length_term = torch.tensor([1.0, 1.0, 1 / 2])  # user_rewards.length_score: 1 / (1 + |len diff|)
@@ -42,7 +42,8 @@ def test_verifier_terms_and_overlong_shaping_add_up():
 def test_user_function_replaces_the_verifier():
     cfg = make_cfg("reward.fn=user_rewards:exact", "reward.workers=0")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
-    assert rewarder.outcomes(["7", " 7 ", "8"], ["7", "7", "7"]) == [True, True, False]
+    results = rewarder.judge(["7", " 7 ", "8"], ["7", "7", "7"])
+    assert [rewarder.is_correct(r) for r in results] == [True, True, False]
 
 
 @pytest.mark.parametrize("path, reason", [("no_such_module:fn", "not found"), ("user_rewards:nope", "no attribute"),

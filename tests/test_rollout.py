@@ -14,6 +14,13 @@ MODEL = resolve_model_path("builtin:tiny-arith")
 PROMPTS = ["12+34=", "03+05=", "99+99=", "07+70="]
 
 
+def prompt_ids(texts: list[str]) -> list[tuple[int, ...]]:
+    """Token-id prompts, as rlvr.prompts renders plain text (with the tokenizer's special tokens)."""
+    from transformers import AutoTokenizer
+
+    return [tuple(ids) for ids in AutoTokenizer.from_pretrained(MODEL)(texts)["input_ids"]]
+
+
 @pytest.fixture(scope="module")
 def engine():
     eng = Engine(MODEL, seed=0, max_model_len=32, dtype="float32", gpu_memory_utilization=0.5, cpu_kv_cache_gib=1)
@@ -22,7 +29,7 @@ def engine():
 
 
 def sample(engine, seeds):
-    groups = engine.generate(PROMPTS, n=4, max_tokens=8, temperature=1.0, top_p=1.0, seeds=seeds)
+    groups = engine.generate(prompt_ids(PROMPTS), n=4, max_tokens=8, temperature=1.0, top_p=1.0, seeds=seeds, stop=[])
     return [c for g in groups for c in g]
 
 
@@ -65,4 +72,4 @@ def test_greedy_matches_transformers(engine):
         ids = tok(p, return_tensors="pt", add_special_tokens=False)["input_ids"]
         out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
         expected.append(tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
-    assert engine.greedy(PROMPTS, max_tokens=8) == expected
+    assert [c.text for c in engine.greedy(prompt_ids(PROMPTS), max_tokens=8, stop=[])] == expected

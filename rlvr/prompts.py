@@ -1,0 +1,112 @@
+"""Prompts -> the exact token ids the engine samples from and the learner trains on, and the prompt budget.
+
+A prompt is tokenized once, here: the engine receives these ids (vLLM accepts token-id prompts) and hands them
+back with each completion, so the engine, the learner and the logs agree on one tokenization.
+
+Formats (data.format):
+- `chat`: the tokenizer's chat template over [system?] + user message (or the row's own `messages`), with the
+  generation prompt (the assistant header) appended: `apply_chat_template(..., add_generation_prompt=True)`.
+- `plain`: the text itself, tokenized with the tokenizer's special tokens (a BOS where the model has one).
+- `auto`: chat when the tokenizer has a chat template, plain otherwise (the built-in model has none).
+data.prompt_template (with `{prompt}`) rewrites the prompt text first; data.system_prompt goes first (a system
+message in chat, a paragraph before the prompt in plain text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+from rlvr.config import ConfigError, DataConfig, LongPrompts, PromptFormat
+from rlvr.types import Example
+
+
+def chat_format(fmt: PromptFormat, tokenizer: Any) -> bool:
+    """Whether prompts go through the chat template (auto: when the tokenizer has one)."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if fmt is PromptFormat.chat and not has_template:
+        raise ConfigError(
+            "data.format=chat, but the model's tokenizer has no chat template (model.path); use data.format=plain "
+            "(or auto), or a model with a chat template"
+        )
+    return fmt is PromptFormat.chat or (fmt is PromptFormat.auto and has_template)
+
+
+def messages_of(example: Example, cfg: DataConfig) -> list[dict[str, str]]:
+    """The chat messages of an example: its own (a `messages` row), or [system?] + the templated prompt."""
+    system = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+    if example.messages is not None:
+        own = [dict(m) for m in example.messages]
+        return own if own[0]["role"] == "system" else system + own  # the row's own system message wins
+    return system + [{"role": "user", "content": apply_template(cfg.prompt_template, example.prompt)}]
+
+
+def apply_template(template: str, prompt: str) -> str:
+    return template.replace("{prompt}", prompt)  # not str.format: prompts and templates may hold braces (LaTeX)
+
+
+def render(examples: list[Example], tokenizer: Any, cfg: DataConfig) -> list[Example]:
+    """The examples with `prompt_ids` set: the ids of the prompt as the model sees it."""
+    if chat_format(cfg.format, tokenizer):
+        out = []
+        for e in examples:
+            ids = tokenizer.apply_chat_template(messages_of(e, cfg), add_generation_prompt=True, tokenize=True)
+            ids = ids["input_ids"] if not isinstance(ids, list) else ids  # transformers 5 returns a mapping
+            out.append(dataclasses.replace(e, prompt_ids=tuple(ids)))
+        return out
+    if any(e.messages is not None for e in examples):
+        first = next(e for e in examples if e.messages is not None)
+        raise ConfigError(
+            f"prompt {first.id} is a list of chat messages, but prompts are formatted as plain text (data.format="
+            f"{cfg.format.value}{', and the tokenizer has no chat template' if cfg.format is PromptFormat.auto else ''}); "
+            "use data.format=chat with a model that has a chat template, or give prompts as strings"
+        )
+    head = f"{cfg.system_prompt}\n\n" if cfg.system_prompt else ""
+    texts = [head + apply_template(cfg.prompt_template, e.prompt) for e in examples]
+    ids = tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
+    return [dataclasses.replace(e, prompt_ids=tuple(i)) for e, i in zip(examples, ids)]
+
+
+def drop_long_prompts(examples: list[Example], budget: int, mode: LongPrompts) -> tuple[list[Example], int]:
+    """(the examples whose prompt fits in `budget` tokens, how many were dropped); budget 0 keeps all."""
+    counts = [len(e.prompt_ids) for e in examples]
+    over = [i for i, count in enumerate(counts) if budget and count > budget]
+    if over and mode is LongPrompts.error:
+        first = over[0]
+        raise ConfigError(
+            f"prompt {examples[first].id} has {counts[first]} tokens, over data.max_prompt_tokens={budget} "
+            f"({len(over)} of {len(examples)} prompts are over it); raise data.max_prompt_tokens, "
+            f"or set data.long_prompts=drop to skip them"
+        )
+    if over and len(over) == len(examples):
+        raise ConfigError(
+            f"every prompt is over data.max_prompt_tokens={budget} (the shortest has {min(counts)} tokens), "
+            f"so none of the {len(examples)} is left; raise data.max_prompt_tokens"
+        )
+    dropped = set(over)
+    return [e for i, e in enumerate(examples) if i not in dropped], len(over)
+
+
+def prepare(
+    train_set: list[Example], eval_set: list[Example], tokenizer: Any, context: int, cfg: DataConfig, max_new_tokens: int,
+    *, verbose: bool = True,
+) -> tuple[list[Example], list[Example], int, dict[str, int]]:
+    """Render both sets, then drop (or reject) prompts over the budget; return the sets, the engine's max_model_len
+    and the counts dropped.
+
+    The budget is data.max_prompt_tokens, or else what the model's context leaves after rollout.max_new_tokens, so
+    no prompt can fail inside the engine hours into a run.
+    """
+    budget = cfg.max_prompt_tokens or context - max_new_tokens
+    (train_set, train_dropped), (eval_set, eval_dropped) = (
+        drop_long_prompts(render(examples, tokenizer, cfg), budget, cfg.long_prompts) for examples in (train_set, eval_set)
+    )
+    if not eval_set:
+        raise ConfigError(f"no evaluation prompt fits the prompt budget ({budget} tokens, data.max_prompt_tokens)")
+    if verbose and train_dropped + eval_dropped:
+        print(f"rlvr: dropped {train_dropped} training and {eval_dropped} evaluation prompts over the prompt budget "
+              f"of {budget} tokens (data.max_prompt_tokens; data.long_prompts=error rejects them instead)", file=sys.stderr)  # fmt: skip
+    longest = max(len(e.prompt_ids) for e in train_set + eval_set)
+    max_model_len = min(context, longest + max_new_tokens)
+    return train_set, eval_set, max_model_len, {"data/dropped_train_prompts": train_dropped, "data/dropped_eval_prompts": eval_dropped}

@@ -1,0 +1,56 @@
+"""Sample rollouts as a person reads them (samples.jsonl, a wandb table), and the warning when the prompt format
+is wrong: an instruct model prompted without its chat template, or a verifier that cannot find the answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr.rewards import Rewarder
+from rlvr.types import Completion, Example
+from rlvr.verifiers import Outcome
+from rlvr.verifiers.pool import Result
+
+WARN_NO_ANSWER_FRAC = 0.9  # this share of completions without a readable answer means the format is wrong
+
+
+def records(
+    kind: str, step: int, examples: list[Example], completions: list[Completion], results: list[Result],
+    rewards: list[float], tokenizer: Any, rewarder: Rewarder,
+) -> list[dict[str, Any]]:
+    """One row per completion: the prompt and completion exactly as the model saw and wrote them (special tokens
+    included), the gold answer, the answer the verifier read, the outcome and the reward."""
+    return [
+        {
+            "step": step,
+            "kind": kind,  # "eval" (greedy, held out) | "train" (sampled)
+            "id": e.id,
+            "prompt": tokenizer.decode(list(e.prompt_ids), skip_special_tokens=False),
+            "completion": tokenizer.decode(c.token_ids, skip_special_tokens=False),
+            "gold": e.answer,
+            "extracted": rewarder.extract(c.text),
+            "outcome": r.value if isinstance(r, Outcome) else r,
+            "correct": rewarder.is_correct(r),
+            "reward": reward,
+            "tokens": len(c.token_ids),
+            "finish_reason": c.finish_reason,
+        }
+        for e, c, r, reward in zip(examples, completions, results, rewards)
+    ]
+
+
+def format_warning(where: str, no_answer_frac: float, rows: list[dict[str, Any]]) -> str | None:
+    """A warning naming the share of completions without a readable answer, one of them as the model saw and wrote
+    it, and the settings to check; None when fewer than WARN_NO_ANSWER_FRAC have none."""
+    if no_answer_frac < WARN_NO_ANSWER_FRAC or not rows:
+        return None
+    shown = next((r for r in rows if r["outcome"] == Outcome.NO_ANSWER.value), rows[0])
+    return (
+        f"rlvr: warning: at {where}, {no_answer_frac:.0%} of completions have no answer the verifier can read (or end "
+        f"at once), so almost no reward can reach the model. One of them, exactly as the model saw and wrote it:\n"
+        f"----- prompt -----\n{shown['prompt']}\n----- completion ({shown['tokens']} tokens, {shown['finish_reason']}) "
+        f"-----\n{shown['completion']}\n------------------\n"
+        "Check data.format (an instruct model needs its chat template: auto or chat), data.prompt_template and "
+        "data.system_prompt (ask for the answer in the form the verifier reads), reward.extract (where the math "
+        "verifier looks for it), rollout.max_new_tokens (answers cut off) and model.path."
+    )
