@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import enum
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -338,18 +337,3 @@ def check(cfg: Config) -> None:
         raise ConfigError(f"logger.samples_every must be >= 0, got {cfg.logger.samples_every}")
     if r.temperature <= 0 or not 0 < r.top_p <= 1:
         raise ConfigError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {r.temperature}, {r.top_p}")
-
-
-ASSETS = Path(__file__).parent / "assets"
-
-
-def resolve_model_path(path: str) -> str:
-    """'builtin:<name>' -> the folder shipped inside the package; anything else unchanged."""
-    if path.startswith("builtin:"):
-        name = path.removeprefix("builtin:")
-        folder = ASSETS / name
-        if not folder.is_dir():
-            shipped = sorted(p.name for p in ASSETS.iterdir() if p.is_dir())
-            raise ConfigError(f"model.path: no built-in model '{name}'; built-in models: {', '.join(shipped)}")
-        return str(folder)
-    return path

@@ -38,7 +38,7 @@ class Rewarder:
                               f"this run's verifier is {cfg.fn or verifier.value}")  # fmt: skip
         verify_path, extract_path = VERIFIERS[verifier] if cfg.fn is None else (cfg.fn, None)
         primary: str | Callable = verify_path
-        self.extract_fn: Callable[[str], str | None] | None = extract_path and load_function(extract_path)
+        self.extract_fn: Callable[[str], str | None] | None = load_function(extract_path) if extract_path else None
         if cfg.fn is None and verifier is VerifierName.math:  # the answer extractors, in order (reward.extract)
             extract = tuple(e.value for e in cfg.extract)
             primary = functools.partial(load_function(verify_path), extract=extract)  # pickled to the workers

@@ -22,10 +22,11 @@ from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoTokenizer
 
 from rlvr import algo, checkpoint, distributed, prompts, samples
-from rlvr.config import Advantage, Config, ConfigError, resolve_model_path
+from rlvr.config import Advantage, Config, ConfigError
 from rlvr.data import PromptStream, load_task
 from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
+from rlvr.models import resolve_model_path
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.sampling import collect, evaluate, mean_dicts

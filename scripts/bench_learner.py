@@ -278,7 +278,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
         for model in args.models:
             if model == "tiny":
-                from rlvr.config import resolve_model_path  # here, not at the top: rlvr.config needs omegaconf
+                from rlvr.models import resolve_model_path  # here, not at the top: rlvr.config needs omegaconf
 
                 path = resolve_model_path("builtin:tiny-arith")
             else:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from rlvr.config import resolve_model_path
+from rlvr.models import resolve_model_path
 
 MODEL = resolve_model_path("builtin:tiny-arith")
 # (aggregation, ratio, kl_coef): the four recipes' loss settings (GRPO's with its KL term)

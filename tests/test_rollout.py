@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.config import resolve_model_path
 from rlvr.learner import Learner
+from rlvr.models import resolve_model_path
 from rlvr.rollout import Engine
 from rlvr.types import RolloutBatch
 
