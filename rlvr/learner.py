@@ -38,14 +38,26 @@ from rlvr.types import RolloutBatch
 def response_logprobs(
     model: PreTrainedModel, batch: RolloutBatch, *, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs of the response tokens under `model`: [N, T] (and the entropy [N, T] if asked)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [N, L, V]
-    index = batch.response_index[:, :, None].expand(-1, -1, logits.shape[-1])  # [N, T, V]
-    resp_logits = logits.gather(1, index)  # [N, T, V]
+    """Logprobs of the response tokens under `model`: [N, T] (and the entropy [N, T] if asked).
+
+    Only what the responses need is computed: the rows are cut to this batch's longest row (no compute on the padding
+    that a longer row elsewhere in the step added), and the LM head runs only from the earliest response position on
+    (`logits_to_keep`), not over every prompt position. Columns past this batch's longest response are 0.
+    """
+    width = int(batch.attention_mask.sum(1).max())  # the longest row here (rows are right-padded)
+    t = int(batch.response_mask.sum(1).max().clamp(min=1))  # the longest response here
+    first = int(batch.response_index[:, 0].min())  # the earliest position whose logits predict a response token
+    keep = width - first  # the last `keep` positions hold every predicting logit
+    logits = model(
+        input_ids=batch.input_ids[:, :width], attention_mask=batch.attention_mask[:, :width], logits_to_keep=keep
+    ).logits  # [N, keep, V]
+    index = (batch.response_index[:, :t] - first).clamp(0, keep - 1)  # [N, t] (padding columns clamped)
+    resp_logits = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))  # [N, t, V]
     resp_logits = resp_logits.to(torch.promote_types(resp_logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
-    logp = torch.log_softmax(resp_logits, dim=-1).gather(-1, batch.response_ids[:, :, None])[:, :, 0]  # [N, T]
-    entropy = algo.entropy_from_logits(resp_logits.detach()) if with_entropy else None  # [N, T]
-    return logp, entropy
+    logp = torch.log_softmax(resp_logits, dim=-1).gather(-1, batch.response_ids[:, :t, None])[:, :, 0]  # [N, t]
+    entropy = algo.entropy_from_logits(resp_logits.detach()) if with_entropy else None  # [N, t]
+    pad = batch.response_mask.shape[1] - t
+    return torch.nn.functional.pad(logp, (0, pad)), None if entropy is None else torch.nn.functional.pad(entropy, (0, pad))
 
 
 def lr_factor(update: int, *, warmup: int, total: int, schedule: str) -> float:
