@@ -161,7 +161,7 @@ class DataConfig:
     name: str | None = MISSING  # task=gym: the reasoning-gym dataset
     size: int = MISSING  # task=gym: training examples generated
     seed: int = MISSING  # task=gym: generator seed (held-out examples use another, derived from it)
-    options: dict[str, Any] = MISSING  # task=gym: the dataset's own options
+    options: dict[str, Any] | None = MISSING  # task=gym: the dataset's own options; null = its defaults
 
 
 @dataclass
@@ -178,7 +178,7 @@ class RewardConfig:
     correct: float = MISSING
     incorrect: float = MISSING
     no_answer: float = MISSING
-    extract: list[Extractor] = MISSING  # math verifier: answer extractors, tried in order
+    extract: list[Extractor] | None = MISSING  # math/gym verifiers: answer extractors, in order; null = the verifier's own
     partial: bool = MISSING  # gym verifier: the dataset's float score is the reward (correct still means 1.0)
     workers: int = MISSING  # verifier worker processes; 0 = in-process, no timeout
     timeout_s: float = MISSING  # per-sample wall-clock limit
@@ -331,8 +331,8 @@ def check(cfg: Config) -> None:
         raise ConfigError("data.name must name a reasoning-gym dataset (e.g. chain_sum) when data.task=gym")
     if "{prompt}" not in cfg.data.prompt_template:
         raise ConfigError(f"data.prompt_template must contain {{prompt}}, got {cfg.data.prompt_template!r}")
-    if not cfg.reward.extract:
-        raise ConfigError("reward.extract must list at least one answer extractor")
+    if cfg.reward.extract is not None and not cfg.reward.extract:
+        raise ConfigError("reward.extract must list at least one answer extractor (or be null: the verifier's own)")
     if cfg.logger.samples_every < 0:
         raise ConfigError(f"logger.samples_every must be >= 0, got {cfg.logger.samples_every}")
     if r.temperature <= 0 or not 0 < r.top_p <= 1:

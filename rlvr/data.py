@@ -34,7 +34,7 @@ def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierNa
         from rlvr.tasks import gym  # imports reasoning-gym: only gym tasks need it
 
         assert cfg.name, "config.check requires data.name when data.task=gym"
-        train, held_out = gym.examples(cfg.name, size=cfg.size, eval_size=cfg.eval_size, seed=cfg.seed, options=dict(cfg.options))
+        train, held_out = gym.examples(cfg.name, size=cfg.size, eval_size=cfg.eval_size, seed=cfg.seed, options=cfg.options)
         return train, held_out, VerifierName.gym
     if cfg.task is Task.file:
         assert cfg.path, "config.check requires data.path when data.task=file"

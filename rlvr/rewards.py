@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -18,12 +19,19 @@ from rlvr.types import Completion
 from rlvr.verifiers import Outcome
 from rlvr.verifiers.pool import Result, VerifierPool, load_function
 
-# verifier -> (its verify function, the in-process function that shows which answer it read: samples and warnings)
+
+class Verifier(NamedTuple):
+    verify: str  # (completion, answer) -> Outcome, run in the worker pool
+    extract: str  # completion -> the answer it read (in-process, bounded): for samples and warnings
+    score: str | None = None  # (completion, answer) -> float in [0, 1]: partial credit (reward.partial)
+    extractors: bool = False  # verify / score / extract take the reward.extract list (`extract=` / `extractors=`)
+
+
 VERIFIERS = {
-    VerifierName.arithmetic: ("rlvr.verifiers.arithmetic:verify", "rlvr.verifiers.arithmetic:extract"),
-    VerifierName.math: ("rlvr.verifiers.math:verify", "rlvr.verifiers.math:extract_answer"),
-    VerifierName.countdown: ("rlvr.verifiers.countdown:verify", "rlvr.verifiers.countdown:extract_expression"),
-    VerifierName.gym: ("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract"),
+    VerifierName.arithmetic: Verifier("rlvr.verifiers.arithmetic:verify", "rlvr.verifiers.arithmetic:extract"),
+    VerifierName.math: Verifier("rlvr.verifiers.math:verify", "rlvr.verifiers.math:extract_answer", extractors=True),
+    VerifierName.countdown: Verifier("rlvr.verifiers.countdown:verify", "rlvr.verifiers.countdown:extract_expression"),
+    VerifierName.gym: Verifier("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract", "rlvr.verifiers.gym:score", True),
 }
 
 
@@ -33,18 +41,20 @@ class Rewarder:
     def __init__(self, cfg: RewardConfig, algo_cfg: AlgoConfig, *, max_len: int, task_verifier: VerifierName):
         self.cfg, self.algo, self.max_len = cfg, algo_cfg, max_len
         verifier = task_verifier if cfg.verifier is VerifierName.task else cfg.verifier
-        if cfg.partial and (verifier is not VerifierName.gym or cfg.fn is not None):
-            raise ConfigError(f"reward.partial=true needs the gym verifier (data=gym), whose scorer gives partial credit; "
-                              f"this run's verifier is {cfg.fn or verifier.value}")  # fmt: skip
-        verify_path, extract_path = VERIFIERS[verifier] if cfg.fn is None else (cfg.fn, None)
-        primary: str | Callable = verify_path
-        self.extract_fn: Callable[[str], str | None] | None = load_function(extract_path) if extract_path else None
-        if cfg.fn is None and verifier is VerifierName.math:  # the answer extractors, in order (reward.extract)
+        spec = VERIFIERS[verifier] if cfg.fn is None else None
+        name = cfg.fn if spec is None else verifier.value
+        if cfg.partial and (spec is None or spec.score is None):
+            raise ConfigError(f"reward.partial=true needs a verifier that gives partial credit (gym, with data=gym); this "
+                              f"run's verifier is {name}")  # fmt: skip
+        if cfg.extract is not None and (spec is None or not spec.extractors):
+            raise ConfigError(f"reward.extract chooses where the math and gym verifiers find the answer; this run's "
+                              f"verifier is {name}: set reward.extract=null")  # fmt: skip
+        primary: str | Callable = str(cfg.fn) if spec is None else str(spec.score) if cfg.partial else spec.verify
+        self.extract_fn: Callable[[str], str | None] | None = None if spec is None else load_function(spec.extract)
+        if spec is not None and cfg.extract is not None:  # the answer extractors, in order
             extract = tuple(e.value for e in cfg.extract)
-            primary = functools.partial(load_function(verify_path), extract=extract)  # pickled to the workers
-            self.extract_fn = functools.partial(load_function(VERIFIERS[verifier][1]), extractors=extract)
-        if cfg.partial:
-            primary = "rlvr.verifiers.gym:score"  # a float in [0, 1]; "correct" is a score of 1.0
+            primary = functools.partial(load_function(str(primary)), extract=extract)  # pickled to the workers
+            self.extract_fn = functools.partial(load_function(spec.extract), extractors=extract)
         self.partial = cfg.partial
         # A bad import path fails here, before any model loads.
         self.primary = _pool("reward.fn", primary, cfg)

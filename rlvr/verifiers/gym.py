@@ -1,0 +1,154 @@
+"""Verifier for reasoning-gym tasks (rlvr.tasks.gym): the dataset's own `score_answer` on the last
+`<answer>...</answer>` of the completion.
+
+    verify(completion, answer) -> Outcome   CORRECT only at a full score of 1.0: reasoning-gym gives wrong
+                                            answers small non-zero scores (0.01, 0.05, len(gold)/len(answer))
+    score(completion, answer)  -> float     the dataset's score itself, 0.0 without an answer (reward.partial)
+
+`answer` is the Example's JSON record (see `encode`): {"dataset", "options", "entry"}. The dataset object
+whose `score_answer` is called is built once per (name, options) in each worker process, with size=1
+(every scorer of reasoning-gym 0.1.25 scores the same from a size-1 instance; the task checks this).
+
+Model output is untrusted. Some scorers run it through Python's `eval` or sympy's `parse_expr` (which
+evals): binary_matrix, countdown, n_queens, number_sorting, puzzle24, spiral_matrix, string_insertion,
+simple/intermediate_integration, polynomial_multiplication. So every extracted answer that parses as a
+Python expression must be plain data and arithmetic (`is_safe`): no names or attributes starting with
+"_", no calls except to a few math functions by name, no subscripts, lambdas, comprehensions, power
+towers or sequence repetition ("Mr. Smith" parses as an attribute and passes; `__import__(...)`, `open(..)`
+and `().__class__` do not). An answer that fails is INCORRECT (score 0.0) and never reaches the scorer.
+This also closes a reward hack: the integration scorers give 1.0 to `Integral(<integrand>, x)`, which
+sympy differentiates back to the integrand; `Integral` is not a safe call. Time is bounded by the worker
+pool's per-sample timeout. No torch, no vllm.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from rlvr.verifiers import Outcome
+from rlvr.verifiers.math import extract_answer
+
+try:  # imported here, not on the first call: a worker imports its verifier before its first timed sample (~3 s)
+    import reasoning_gym
+except ImportError:  # the task reports the missing package (rlvr.tasks.gym)
+    reasoning_gym = None
+
+DEFAULT_EXTRACT = ("answer_tag",)  # <answer>...</answer>, the form reasoning-gym's prompts ask for
+MAX_ANSWER_CHARS = 10_000
+_TUPLE = "__tuple__"
+
+# calls an answer may make (integration answers use exp/log/sin/..., countdown none)
+SAFE_CALLS = frozenset(
+    "sin cos tan cot sec csc asin acos atan acot sinh cosh tanh asinh acosh atanh exp log ln sqrt cbrt "
+    "Abs abs sign floor ceiling factorial binomial gamma Rational Min Max min max round".split()
+)
+_SAFE_NODES = (
+    ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
+    ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Call, ast.keyword, ast.Attribute,
+    ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
+)  # fmt: skip
+_SEQUENCES = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+
+
+def extract(completion: str, *, extractors: Iterable[str] = DEFAULT_EXTRACT) -> str | None:
+    """The answer the completion gives: by default the stripped content of its last complete <answer>...</answer>
+    (as reasoning-gym's prompts ask); reward.extract may add other forms (rlvr.verifiers.math.extract_answer)."""
+    return extract_answer(completion, extractors=extractors)
+
+
+def verify(completion: str, answer: str, *, extract: Iterable[str] = DEFAULT_EXTRACT) -> Outcome:
+    """NO_ANSWER without an answer; CORRECT when the dataset scores the answer 1.0; else INCORRECT."""
+    got = extract_answer(completion, extractors=extract)
+    if got is None:
+        return Outcome.NO_ANSWER
+    return Outcome.CORRECT if _score(got, answer) >= 1.0 else Outcome.INCORRECT
+
+
+def score(completion: str, answer: str, *, extract: Iterable[str] = DEFAULT_EXTRACT) -> float:
+    """The dataset's own score in [0, 1] for the completion's answer; 0.0 without one."""
+    got = extract_answer(completion, extractors=extract)
+    return 0.0 if got is None else _score(got, answer)
+
+
+def _score(got: str, answer: str) -> float:
+    name, options, entry = decode(answer)
+    if len(got) > MAX_ANSWER_CHARS or not is_safe(got):
+        return 0.0
+    return float(dataset(name, json.dumps(options, sort_keys=True)).score_answer(got, entry))
+
+
+def is_safe(text: str) -> bool:
+    """False if `text` is a Python expression that does more than build data and do arithmetic; True for
+    plain data, arithmetic, and text that is not Python at all (which `eval` rejects anyway)."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return True
+    except Exception:  # RecursionError, MemoryError, null bytes: refuse rather than hand it to eval
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, _SAFE_NODES):
+            return False
+        if getattr(node, "id", getattr(node, "attr", "x")).startswith("_"):
+            return False  # __import__, ().__class__, _private
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in SAFE_CALLS):
+            return False
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in ast.walk(node.right)):
+                return False  # 9**9**9**9: a power tower never finishes
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            if any(_is_sequence(n) for side in (node.left, node.right) for n in ast.walk(side)):
+                return False  # [0]*10**10: sequence repetition can fill memory
+    return True
+
+
+def _is_sequence(node: ast.AST) -> bool:
+    return isinstance(node, _SEQUENCES) or (isinstance(node, ast.Constant) and isinstance(node.value, str | bytes))
+
+
+@functools.lru_cache(maxsize=64)
+def dataset(name: str, options_json: str) -> Any:
+    """The reasoning-gym dataset object for (name, options), built once per process, size 1."""
+    if reasoning_gym is None:
+        raise ModuleNotFoundError("the gym verifier needs reasoning-gym: pip install reasoning-gym")
+    return reasoning_gym.create_dataset(name, size=1, seed=0, **json.loads(options_json))
+
+
+# ------------------------------------------------------------------------------------------- answer records
+
+
+def encode(name: str, options: dict[str, Any], entry: dict[str, Any]) -> str:
+    """Compact JSON of {"dataset", "options", "entry"}; tuples are tagged so that they come back as tuples
+    (arc_agi and rearc compare tuple grids). TypeError if something in it is not JSON."""
+    record = {"dataset": name, "options": options, "entry": entry}
+    return json.dumps(_tag_tuples(record), separators=(",", ":"), ensure_ascii=False)
+
+
+def decode(answer: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(dataset name, options, entry) from an `encode`d answer; ValueError if it is not one."""
+    try:
+        record = json.loads(answer, object_hook=_untag_tuple)
+        name, options, entry = record["dataset"], record["options"], record["entry"]
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"not a reasoning-gym answer record: {answer[:80]!r} ({type(e).__name__}: {e})") from None
+    if not isinstance(name, str) or not isinstance(options, dict) or not isinstance(entry, dict):
+        raise ValueError(f"not a reasoning-gym answer record: {answer[:80]!r}")
+    return name, options, entry
+
+
+def _tag_tuples(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return {_TUPLE: [_tag_tuples(x) for x in obj]}
+    if isinstance(obj, list):
+        return [_tag_tuples(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _tag_tuples(v) for k, v in obj.items()}
+    return obj
+
+
+def _untag_tuple(obj: dict[str, Any]) -> Any:
+    return tuple(obj[_TUPLE]) if len(obj) == 1 and _TUPLE in obj else obj
