@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import functools
+import pickle
+import threading
 import time
 
 import pytest
 
 from rlvr.verifiers import Outcome
-from rlvr.verifiers.math import EXTRACTORS, extract_answer, is_equivalent, normalize, verify
+from rlvr.verifiers import math as math_verifier
+from rlvr.verifiers.math import (
+    DEADLINE_S,
+    DEFAULT_EXTRACT,
+    EXTRACTORS,
+    extract_answer,
+    format_score,
+    is_equivalent,
+    normalize,
+    verify,
+)
 from rlvr.verifiers.pool import VerifierPool
 
 B = "\\boxed"
+
+
+@pytest.fixture(autouse=True)
+def _results_independent_of_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A comparison that runs past the deadline counts as not equivalent; these tests check results, so they
+    lift the deadline to stay independent of how loaded the machine is. The bound has its own test."""
+    monkeypatch.setattr(math_verifier, "DEADLINE_S", 60.0)
+
 
 # (completion, ground truth, expected is_equivalent)
 CASES = [
@@ -30,6 +51,11 @@ CASES = [
     ("**Final Answer:** $\\frac{3}{4}$", "0.75", True),
     ("Natalia sold 48 clips.\n#### 72", "72", True),
     ("#### 1,000", "1000", True),
+    ("Adding them up.\nThe final answer is 16.", "16", True),
+    ("The answer is: 14", "14", True),
+    ("so the answer is $\\frac{1}{2}$.", "0.5", True),
+    ("So, the final answer is 22", "22", True),
+    ("The final answer is 16. I hope it is correct.", "61", False),
     (f"{B}{{\\boxed{{9}}}}", "9", True),
     (f"{B}{{1}} and an unclosed {B}{{2", "1", True),
     # fractions and decimals
@@ -113,9 +139,8 @@ def test_extract_answer_forms_and_order() -> None:
     assert extract_answer(f"{B}{{1}}\nAnswer: 2", extractors=("answer_line",)) == "2"
     assert extract_answer("no final answer here") is None
     assert extract_answer("Answer:   \n") is None
-    with pytest.raises(ValueError, match="answer_line"):
-        extract_answer("x", extractors=("boxed", "last_number"))
-    assert set(EXTRACTORS) == {"boxed", "answer_line", "hashes"}
+    assert set(EXTRACTORS) == {"boxed", "answer_line", "final_answer_phrase", "hashes", "answer_tag", "last_number"}
+    assert DEFAULT_EXTRACT == ("boxed", "answer_line", "final_answer_phrase", "hashes")
 
 
 def test_extract_scans_only_the_tail() -> None:
@@ -164,7 +189,9 @@ HOSTILE = [
 
 
 def test_hostile_outputs_return_through_the_pool() -> None:
-    with VerifierPool("rlvr.verifiers.math:verify", workers=2, timeout_s=2.0) as pool:
+    # the pool's timeout is only a backstop now: each call is bounded in-process (a worker's first sympy call
+    # also pays sympy's start-up, hence the slack)
+    with VerifierPool("rlvr.verifiers.math:verify", workers=2, timeout_s=5.0) as pool:
         start = time.monotonic()
         results, stats = pool.score([(text, "3") for text in HOSTILE] + [(f"{B}{{3}}", "3")])
         elapsed = time.monotonic() - start
@@ -173,9 +200,200 @@ def test_hostile_outputs_return_through_the_pool() -> None:
     assert results[-1] is Outcome.CORRECT
     assert results[1] is Outcome.CORRECT  # the answer at the end of a 100k-character output
     assert results[0] is Outcome.NO_ANSWER and results[-3] is Outcome.NO_ANSWER
-    assert stats.errors == 0 and stats.timeouts <= 2  # 9^{9^{9^{9}}} may run out its time; nothing else
+    assert stats.errors == 0 and stats.timeouts == 0  # 9^{9^{9^{9}}} is refused before sympy sees it
     assert results[HOSTILE.index(f"{B}{{9^{{9^{{9^{{9}}}}}}}}")] is not Outcome.CORRECT
-    assert elapsed < 2.0 * (stats.timeouts + 1) + 10.0  # every timeout costs about timeout_s, no more
+    assert elapsed < 15.0
+
+
+# (extractor, completion, what it extracts)
+EXTRACTIONS = [
+    ("final_answer_phrase", "The final answer is 16.", "16"),
+    ("final_answer_phrase", "The answer is: 14", "14"),
+    ("final_answer_phrase", "so the answer is $\\frac{1}{2}$.", "\\frac{1}{2}"),
+    ("final_answer_phrase", "So, the final answer is 22", "22"),
+    ("final_answer_phrase", "Final answer: 7", "7"),
+    ("final_answer_phrase", "The final answer is **3.5**.\nDone.", "3.5"),
+    ("final_answer_phrase", "The final answer is $16$. I hope it is correct.", "16"),
+    ("final_answer_phrase", "The answer is 1, 2, ..., 10.", "1, 2, ..., 10"),
+    ("final_answer_phrase", "I thought the answer is 3. Wait: the answer is 4.", "4"),
+    ("final_answer_phrase", "The final answer is \\(\\sqrt{2}\\).", "\\sqrt{2}"),
+    ("final_answer_phrase", "the answer is $\\boxed{5}$", "5"),
+    ("final_answer_phrase", "no answers here", None),
+    ("final_answer_phrase", "The answer is", None),
+    ("hashes", "Natalia sold 48 clips.\n#### 14", "14"),
+    ("answer_tag", "<think>7 + 7</think> <answer>14</answer>", "14"),
+    ("answer_tag", "<answer>1</answer> then <answer> 2 </answer>", "2"),
+    ("answer_tag", "<answer>unterminated 5", None),
+    ("answer_tag", "<answer></answer>", None),
+    ("last_number", "...so 5 + 9 = 14", "14"),
+    ("last_number", "so 9-3 is the difference", "3"),
+    ("last_number", "x = -3.", "-3"),
+    ("last_number", "it costs 1,250.50 dollars", "1,250.50"),
+    ("last_number", "no digits at all", None),
+]
+
+
+@pytest.mark.parametrize(("name", "completion", "expected"), EXTRACTIONS)
+def test_each_extractor(name: str, completion: str, expected: str | None) -> None:
+    assert extract_answer(completion, extractors=(name,)) == expected
+
+
+def test_extractor_order_and_defaults() -> None:
+    both = f"The final answer is 16. {B}{{17}}"
+    assert extract_answer(both) == "17"  # boxed comes first in DEFAULT_EXTRACT
+    assert extract_answer(both, extractors=("final_answer_phrase", "boxed")) == "16"
+    assert extract_answer("#### 6\nThe answer is 5") == "5"  # the phrase comes before "####" by default
+    assert extract_answer("#### 6\nThe answer is 5", extractors=("hashes", "final_answer_phrase")) == "6"
+    assert extract_answer("no final answer", extractors=("boxed", "last_number")) is None
+    assert extract_answer("so 5 + 9 = 14", extractors=("boxed", "last_number")) == "14"  # falls through to the last
+    # the lenient extractors are opt-in: by default a text that merely ends in the number has no answer
+    assert verify("so 5 + 9 = 14", "14") is Outcome.NO_ANSWER
+    assert verify("so 5 + 9 = 14", "14", extract=("last_number",)) is Outcome.CORRECT
+    assert verify("<answer>14</answer>", "14") is Outcome.NO_ANSWER
+    assert is_equivalent("<answer>\\frac{28}{2}</answer>", "14", extract=("answer_tag",))
+    assert format_score("<answer>14</answer>", "14") == 0.0
+    assert format_score("<answer>14</answer>", "14", extract=("answer_tag",)) == 1.0
+
+
+def test_unknown_extractors_are_refused() -> None:
+    for bad in (("boxed", "last_line"), (), "boxed"):
+        with pytest.raises(ValueError, match="answer_line, final_answer_phrase, hashes, answer_tag, last_number"):
+            extract_answer("Answer: 3", extractors=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="last_line"):
+        verify("Answer: 3", "3", extract=("last_line",))
+
+
+def test_verify_with_extractors_pickles() -> None:
+    """The trainer sends functools.partial(verify, extract=...) to spawn worker processes."""
+    fn = pickle.loads(pickle.dumps(functools.partial(verify, extract=("answer_tag", "last_number"))))
+    assert fn("<answer>7</answer> and 8", "7") is Outcome.CORRECT
+    assert fn("no tag, just 8", "8") is Outcome.CORRECT
+
+
+def _long(unit: str, head: str = "", tail: str = "") -> str:
+    """head + unit repeated + tail, at least 100,000 characters."""
+    return head + unit * -(-(100_000 - len(head) - len(tail)) // len(unit)) + tail
+
+
+# Per extractor: 100,000-character inputs built to make a backtracking pattern go quadratic.
+HOSTILE_EXTRACTION = {
+    "boxed": [_long(f"{B}{{"), _long("{"), _long("}"), _long(B), _long("\\{")],
+    "answer_line": [_long(" ", "answer"), _long("answer *"), _long("Answer:"), _long("answer")],
+    "final_answer_phrase": [
+        _long(" \t", "answer"),
+        _long("answer is "),
+        _long("1.", "the answer is "),
+        _long(".", "the answer is "),
+        _long("*", "answer"),
+        _long("$*", "The answer is: "),
+        _long(" ", "answer", "is"),
+    ],
+    "hashes": [_long("#"), _long(" ", "####"), _long("#### 1")],
+    "answer_tag": [_long("<answer>"), _long("</answer>"), _long("<answer", tail="</answer>")],
+    "last_number": [_long("1"), _long("1,"), _long("-1"), _long("1.1."), _long("1,000"), _long(",000"), _long("a1")],
+}
+
+
+@pytest.mark.parametrize("name", EXTRACTORS)
+def test_extractors_are_linear_on_hostile_input(name: str) -> None:
+    texts = HOSTILE_EXTRACTION[name]
+    assert all(len(t) >= 100_000 for t in texts)
+    for text in texts:
+        start = time.monotonic()
+        extract_answer(text, extractors=(name,))
+        # a linear scan of the 20,000-character window takes about a millisecond; a quadratic one, seconds
+        assert time.monotonic() - start < 0.5, (name, text[:30])
+
+
+# Answers whose evaluation would not finish (or would exhaust memory) if sympy saw them: refused by the guard,
+# which reads an estimate of the digits they could evaluate to from the text, in well under a millisecond.
+REFUSED = [
+    "9^{9^{9^{9}}}",
+    "9^9^9",
+    "9^{9^9}",
+    "10^{10^{10}}",
+    "2^{2^{2^{2^{2}}}}",
+    "9**9**9**9",
+    "9^{99999999}",
+    "\\left(9\\right)^{\\left(9^{9}\\right)}",
+    "e^{10^{10}}",
+    "\\exp(10^{10})",
+    "\\sin(10^{10^{5}})",
+    "99999999!",
+    "(10^6)!",
+    "((5!)!)!",
+    "\\Gamma(10^{10})",
+    "\\binom{10^9}{5*10^8}",
+    "{99999 \\choose 50000}",
+    "\\sum_{i=1}^{10^9} i^{i}",
+    "\\prod_{i=1}^{10^9} i",
+    "\\gcd(10^{10^{10}}, 6)",
+    "\\sqrt[10^{10^{10}}]{2}",
+    "1e99999",
+    "\\operatorname{zeros}(99999, 99999)",
+    "x^{x^{x}}|_{x=9}",
+    "9" * 400 + "^{99}",
+    "(" * 300,
+    "\\sqrt{" * 60 + "2" + "}" * 60,
+    "x^x^x^x^x^x^x^x^x^x",
+]
+# Answers the guard lets through but sympy works on slowly (or parses slowly): stopped by the deadline.
+SLOW = ["(x+1)^{1000}", "\\sum_{i=1}^{10^9} i", "a" * 450, "1+" * 240 + "1"]
+# Answers longer than MAX_ANSWER_CHARS: compared as strings only.
+LONG = ["9" * 5_000, "(" * 100_000, "\\frac{1}{" * 1_000 + "2" + "}" * 1_000]
+
+
+def test_dangerous_answers_are_refused_before_sympy() -> None:
+    assert all(math_verifier._refused(normalize(answer)) for answer in REFUSED)
+
+
+def test_adversarial_answers_return_within_a_second_from_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound holds in the calling process, off the main thread (where SIGALRM cannot help)."""
+    monkeypatch.setattr(math_verifier, "DEADLINE_S", DEADLINE_S)  # the real deadline (the fixture lifts it)
+    adversarial = REFUSED + SLOW + LONG
+    assert len(adversarial) >= 15
+    is_equivalent(f"{B}{{(x+1)^2}}", "x^2+2x+1")  # sympy's one-off start-up (lazy imports), outside the bound
+    for answer in adversarial:
+        for completion, gold in ((f"{B}{{{answer}}}", "1"), (f"{B}{{1}}", answer)):  # the guard reads both sides
+            elapsed: list[float] = []
+
+            def run(completion: str = completion, gold: str = gold, elapsed: list[float] = elapsed) -> None:
+                start = time.monotonic()
+                verify(completion, gold)
+                elapsed.append(time.monotonic() - start)
+
+            worker = threading.Thread(target=run, daemon=True)
+            worker.start()
+            worker.join(timeout=30.0)
+            assert not worker.is_alive() and elapsed, f"{answer[:40]!r} did not return"
+            # Measured on a 2-core machine shared with other jobs: REFUSED and LONG answers return in about
+            # a millisecond, SLOW ones at DEADLINE_S (0.5 s) plus a few ms (the tracer checks the clock at
+            # every Python call). 1 s leaves DEADLINE_S of headroom for a loaded CI machine.
+            assert elapsed[0] < 2 * DEADLINE_S, f"{answer[:40]!r} took {elapsed[0]:.2f} s"
+    # sympy still works after being interrupted
+    assert verify(f"{B}{{x^2+2x+1}}", "(x+1)^2") is Outcome.CORRECT
+    assert verify(f"{B}{{2^{{10}}}}", "1024") is Outcome.CORRECT
+
+
+def test_guards_keep_ordinary_math() -> None:
+    """The guard refuses nothing an answer is likely to be: these still go through math_verify."""
+    for pred, gold in [
+        ("2^{10}", "1024"),
+        ("\\frac{1}{2}", "0.5"),
+        ("\\sqrt{2}", "2^{1/2}"),
+        ("2^{2^{2^{2}}}", "65536"),
+        ("10!", "3628800"),
+        ("\\binom{5}{2}", "10"),
+        ("{5 \\choose 2}", "10"),
+        ("\\sum_{i=1}^{100} i", "5050"),
+        ("\\prod_{k=1}^{5} k", "120"),
+        ("e^{-x^2}", "e^{-x^{2}}"),
+        ("x^{2024}", "x^{2024}"),
+        ("\\frac{100!}{98!}", "9900"),
+        ("2^{2023} - 2^{2023}", "0"),
+        ("\\left(\\frac{3}{2}\\right)^{2}", "2.25"),
+    ]:
+        assert is_equivalent(f"{B}{{{pred}}}", gold), (pred, gold)
 
 
 def test_format_score():
