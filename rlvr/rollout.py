@@ -53,8 +53,13 @@ class Engine:
         tensor_parallel_size: int = 1,
     ) -> None:
         distributed.init()  # the engine joins the run's process group (external_launcher), even in a world of one
-        if not torch.cuda.is_available():
+        cpu = not torch.cuda.is_available()
+        if cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gib))
+        # On CPU, a prompt split over two scheduler steps (chunked prefill) makes vLLM 0.32 rewind the request's
+        # seeded generator, which CPU generators cannot do ("CPU Generator does not use offset"): seeded sampling of
+        # more prompt tokens than one step's budget crashed. Without chunking, a prompt waits for the next step whole.
+        no_chunking = dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192)) if cpu else {}
         self.llm = LLM(
             model=model_path,
             seed=seed,
@@ -65,6 +70,7 @@ class Engine:
             # one engine per rank (or per tensor_parallel_size consecutive ranks), inside torchrun's world
             distributed_executor_backend="external_launcher",
             tensor_parallel_size=tensor_parallel_size,
+            **no_chunking,  # type: ignore[arg-type]
         )
         self.tokenizer = self.llm.get_tokenizer()
         _quiet_vllm_logs()
