@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow lint bench bench-learner gpu-check model clean
+.PHONY: install demo test test-slow lint bench bench-real bench-learner gpu-check model clean
 
 install: $(VENV)/.installed
 
@@ -42,6 +42,10 @@ lint: install
 
 bench: install
 	$(PY) scripts/bench_main_job.py
+
+# RL on SmolLM2-135M-Instruct (reasoning-gym chain_sum): held-out accuracy within 30 minutes, two seeds (~70 min).
+bench-real: install
+	$(PY) scripts/bench_real_model.py --seeds 0 1
 
 # Learner update phase: step time and peak memory per rank, world sizes 1 and 2, built-in and 135M models.
 bench-learner: install
