@@ -33,8 +33,12 @@ test: install
 
 # Long end-to-end checks (the main job reaching its accuracy target).
 test-slow: install
-	$(PY) -m pytest -q -m slow $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest -q -m "slow and not real" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+
+# SmolLM2 end to end through the CLI (first-step reward, format warning): ~10+ minutes.
+test-real: install
+	$(PY) -m pytest -q -m real $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check rlvr tests scripts

@@ -77,6 +77,7 @@ def sums_file(tmp_path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.real
 def test_instruct_model_gets_reward_in_its_first_step(rlvr_cli, tmp_path, sums_file):
     """The issue's check: SmolLM2 on one-digit sums asking for \\boxed{}, 8 prompts x 8 samples, through the CLI."""
     out = tmp_path / "run"
@@ -97,6 +98,7 @@ def test_instruct_model_gets_reward_in_its_first_step(rlvr_cli, tmp_path, sums_f
 
 
 @pytest.mark.slow
+@pytest.mark.real
 def test_plain_prompted_instruct_model_is_warned_about(rlvr_cli, tmp_path, sums_file):
     out = tmp_path / "plain"
     result = rlvr_cli("train", "model=smollm2_135m", "data=file", f"data.path={sums_file}", "reward.verifier=math",
