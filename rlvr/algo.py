@@ -14,6 +14,7 @@ from torch import Tensor
 RATIOS = ("token", "sequence", "sequence_token")
 AGGREGATIONS = ("seq_mean_token_mean", "seq_mean_token_sum_norm", "token_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+ROLLOUT_CORRECTIONS = ("none", "token_truncated")
 
 
 def _invalid(name: str, value: object, choices: tuple[str, ...]) -> ValueError:
@@ -155,6 +156,22 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 
+def rollout_correction_weights(old_logprobs: Tensor, engine_logprobs: Tensor, mode: str, cap: float) -> Tensor:
+    """Per-token weights [N, T] that correct for the engine sampling from slightly other numbers than the learner's.
+
+    none:            w = 1.
+    token_truncated: w_t = min(pi_old(o_t) / pi_engine(o_t), cap), detached (truncated importance sampling, as verl's
+                     `rollout_is: token` and TRL's `token_truncate`): pi_old is the learner's logprob of the sampled
+                     token under the weights that sampled it, pi_engine the engine's own for the same token.
+    The log-ratio is clamped to [-20, 20] before exp, so a token the engine gave probability ~0 stays finite.
+    """
+    if mode == "none":
+        return torch.ones_like(old_logprobs)
+    if mode == "token_truncated":
+        return torch.exp((old_logprobs - engine_logprobs).detach().clamp(-20.0, 20.0)).clamp(max=cap)  # [N, T]
+    raise _invalid("rollout_correction", mode, ROLLOUT_CORRECTIONS)
+
+
 def metric_units(mask: Tensor, ratio: str) -> Tensor:
     """What policy_loss's ratio and clip statistics average over: counted tokens for the token ratio ([N, T]),
     non-empty sequences when the ratio is one value per sequence ([N])."""
@@ -176,6 +193,9 @@ def policy_loss(
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
     clip_ratio_c: float | None = None,
+    engine_logprobs: Tensor | None = None,
+    rollout_correction: str = "none",
+    rollout_correction_cap: float = 2.0,
     num_sequences: float | Tensor | None = None,
     num_tokens: float | Tensor | None = None,
     loss_scale: float = 1.0,
@@ -185,6 +205,9 @@ def policy_loss(
     l = -min(r*A, clip(r, 1 - clip_low, 1 + clip_high)*A)  [+ kl_coef * KL_estimator(pi_theta || pi_ref)]
     with r from `importance_ratio` and, if clip_ratio_c (> 1) is set, the dual clip for A < 0 (verl):
     l = min(l, -clip_ratio_c * A), i.e. the loss of a negative-advantage token is capped at clip_ratio_c*|A|.
+    With rollout_correction, the surrogate of each token is multiplied by `rollout_correction_weights` (computed from
+    old_logprobs and engine_logprobs [N, T]); the metrics then include the untruncated ratio's token mean and max
+    and the share of tokens whose ratio exceeded the cap.
     Aggregated by `aggregate`, then multiplied by loss_scale: the learner passes world_size there, because
     FSDP/DDP average gradients over ranks while the global normalizer already divides by the global count.
 
@@ -201,6 +224,11 @@ def policy_loss(
     pg = torch.maximum(-adv * r, -adv * r.clamp(1 - clip_low, 1 + clip_high))  # [N, T]
     if clip_ratio_c is not None:
         pg = torch.where(adv < 0, torch.minimum(pg, -adv * clip_ratio_c), pg)  # [N, T]
+    if rollout_correction != "none":
+        if engine_logprobs is None:
+            raise ValueError(f"rollout_correction {rollout_correction!r} requires engine_logprobs")
+        correction = rollout_correction_weights(old_logprobs, engine_logprobs, rollout_correction, rollout_correction_cap)
+        pg = pg * correction  # [N, T]; the KL term is not weighted (verl, TRL)
     loss_mat = pg  # [N, T]
     if kl_coef > 0:
         assert ref_logprobs is not None
@@ -234,7 +262,26 @@ def policy_loss(
             metrics["dual_clip_frac"] = _frac((a_u < 0) & (pg_u > -a_u * clip_ratio_c))
         if kl_coef > 0:
             metrics["kl"] = masked_mean(kl, mask).item()
+        if engine_logprobs is not None and rollout_correction != "none":
+            keep = mask.bool()  # [N, T]
+            raw = torch.exp((old_logprobs - engine_logprobs).clamp(-20.0, 20.0))[keep]  # [M] pi_old / pi_engine, untruncated
+            metrics["rollout_ratio_mean"] = raw.mean().item() if raw.numel() else 1.0
+            metrics["rollout_ratio_max"] = raw.max().item() if raw.numel() else 1.0
+            metrics["rollout_capped_frac"] = _frac(raw > rollout_correction_cap)
     return loss, metrics
+
+
+# How policy_loss's metrics of several micro-batches (and ranks) combine into the mini-batch's: "sum" as they are,
+# "tokens" / "units" weighted by the micro-batch's share of counted tokens / of metric units, "max" / "min" over them.
+METRIC_REDUCTIONS = {
+    "pg_loss": "sum",
+    "kl": "tokens",
+    "rollout_ratio_mean": "tokens",
+    "rollout_capped_frac": "tokens",
+    "rollout_ratio_max": "max",
+    "ratio_max": "max",
+    "ratio_min": "min",
+}  # every other metric: "units"
 
 
 def _frac(flags: Tensor) -> float:

@@ -86,8 +86,13 @@ class LongPrompts(str, enum.Enum):
     error = "error"  # any such prompt stops start-up, naming the file and row
 
 
+class RolloutCorrection(str, enum.Enum):
+    none = "none"
+    token_truncated = "token_truncated"  # each token's surrogate times min(pi_old_learner / pi_engine, cap)
+
+
 class Precision(str, enum.Enum):
-    auto = "auto"  # bf16 compute with fp32 master weights and reductions on GPU; fp32 on CPU
+    auto = "auto"  # bf16 where bf16 matmuls are faster (GPU; CPUs with AMX / AVX512-BF16), else fp32; fp32 master weights
     bf16 = "bf16"
     fp32 = "fp32"
 
@@ -122,6 +127,8 @@ class AlgoConfig:
     overlong_buffer_frac: float = MISSING  # L_cache as a fraction of rollout.max_new_tokens
     overlong_factor: float = MISSING
     overlong_filter: bool = MISSING  # truncated responses get zero loss weight
+    rollout_correction: RolloutCorrection = MISSING  # engine/learner numerics mismatch: none | token_truncated
+    rollout_correction_cap: float = MISSING  # C, the truncation of pi_old / pi_engine
 
 
 @dataclass
@@ -194,7 +201,8 @@ class TrainerConfig:
     grad_clip: float = MISSING
     warmup_steps: int = MISSING
     lr_schedule: LRSchedule = MISSING
-    micro_batch_rows: int = MISSING
+    micro_batch_rows: int = MISSING  # the most rows per forward/backward
+    micro_batch_tokens: int = MISSING  # padded tokens (rows x longest) per forward/backward; 0 = rows only
     eval_every: int = MISSING
     torch_threads: int = MISSING
     precision: Precision = MISSING  # learner compute precision under FSDP2
@@ -313,6 +321,13 @@ def check(cfg: Config) -> None:
         raise ConfigError(f"algo.clip_low must be in [0, 1) and algo.clip_high >= 0, got {a.clip_low}, {a.clip_high}")
     if a.clip_ratio_c is not None and a.clip_ratio_c <= 1:
         raise ConfigError(f"algo.clip_ratio_c must be > 1 (or null), got {a.clip_ratio_c}")
+    if t.micro_batch_tokens < 0:
+        raise ConfigError(f"trainer.micro_batch_tokens must be >= 0 (0 = no token budget), got {t.micro_batch_tokens}")
+    if a.rollout_correction_cap < 1:
+        raise ConfigError(
+            f"algo.rollout_correction_cap must be >= 1, got {a.rollout_correction_cap}: it caps pi_old / pi_engine, "
+            "which is 1 where the engine and the learner agree"
+        )
     if a.kl_coef < 0:
         raise ConfigError(f"algo.kl_coef must be >= 0, got {a.kl_coef}")
     if a.overlong_shaping and not 0 < a.overlong_buffer_frac <= 1:

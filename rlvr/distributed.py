@@ -86,6 +86,14 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def all_reduce_max(values: torch.Tensor) -> torch.Tensor:
+    """Elementwise maximum over ranks (a new tensor on this rank's device)."""
+    out = values.detach().clone().to(device())
+    if world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.MAX)
+    return out
+
+
 def any_true(flag: bool) -> bool:
     """True on every rank if it is True on any (e.g. a signal that reached one rank first)."""
     return bool(all_reduce_sum(torch.tensor([float(flag)])).item() > 0)

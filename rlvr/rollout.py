@@ -66,6 +66,8 @@ class Engine:
             dtype=dtype,  # type: ignore[arg-type]  # validated by vLLM: auto | float32 | bfloat16 ...
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
+            # sampled-token logprobs after temperature and top-p, as the learner computes them (vLLM's default: raw)
+            logprobs_mode="processed_logprobs",
             enforce_eager=True,  # weights change every step; graph capture buys little for RL rollouts
             # one engine per rank (or per tensor_parallel_size consecutive ranks), inside torchrun's world
             distributed_executor_backend="external_launcher",

@@ -86,6 +86,8 @@ def train(cfg: Config) -> Path:
         total_updates=t.max_steps * a.prompts_per_step // a.prompts_per_minibatch * a.epochs,
         grad_clip=t.grad_clip,
         micro_batch_rows=t.micro_batch_rows,
+        micro_batch_tokens=t.micro_batch_tokens,
+        temperature=cfg.rollout.temperature,  # the learner's logprobs are those of the distribution the engine samples
         with_reference=a.kl_coef > 0,
         precision=t.precision.value,
         activation_checkpointing=t.activation_checkpointing,
@@ -116,6 +118,8 @@ def train(cfg: Config) -> Path:
         wandb_id=run["wandb_id"],
     )
     run["wandb_id"] = logger.wandb_id
+    if t.precision.value == "auto":
+        logger.note(f"trainer.precision=auto: the learner computes in {learner.precision} on {learner.device.type}")
     evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg)
     if resume_from is None:
         eval_metrics, eval_samples = evaluate_now(0)
@@ -133,6 +137,8 @@ def train(cfg: Config) -> Path:
         max_len=cfg.rollout.max_new_tokens,
         kl_coef=a.kl_coef,
         kl_estimator=a.kl_estimator.value,
+        rollout_correction=a.rollout_correction.value,
+        rollout_correction_cap=a.rollout_correction_cap,
     )
     stop = StopSignal()
 

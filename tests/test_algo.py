@@ -20,6 +20,7 @@ from rlvr.algo import (
     masked_mean,
     overlong_penalty,
     policy_loss,
+    rollout_correction_weights,
 )
 
 F64 = torch.float64
@@ -239,6 +240,38 @@ def test_token_clipping_gradients_and_metrics() -> None:
     # padding is not counted in the metrics
     _, m = policy_loss(logp, old, adv, t([[1, 1, 1, 0], [1, 1, 0, 0]]), **kw)
     assert m["clip_frac_low"] == 1 / 5 and m["clip_frac_high"] == 0.0 and m["ratio_max"] == pytest.approx(1.25)
+
+
+def test_rollout_correction_weights_each_token_by_truncated_ratio() -> None:
+    # pi_old / pi_engine per token: 0.5, 1, 1.9, 2.5 | 4, 1, 0.25, (padding)
+    engine = torch.log(t([[0.4, 0.3, 0.1, 0.2], [0.05, 0.5, 0.8, 0.9]]))
+    old = engine + torch.log(t([[0.5, 1.0, 1.9, 2.5], [4.0, 1.0, 0.25, 7.0]]))
+    mask = t([[1, 1, 1, 1], [1, 1, 1, 0]])
+    w = rollout_correction_weights(old, engine, "token_truncated", 2.0)
+    torch.testing.assert_close(w[mask.bool()], t([0.5, 1.0, 1.9, 2.0, 2.0, 1.0, 0.25]), rtol=1e-12, atol=0)
+    assert (rollout_correction_weights(old, engine, "none", 2.0) == 1).all()
+    with pytest.raises(ValueError, match="token_truncated"):
+        rollout_correction_weights(old, engine, "sequence", 2.0)
+    # the loss: each token's clipped surrogate times its (detached) weight; the KL term is not weighted
+    g = torch.Generator().manual_seed(0)
+    logp = (old + 0.3 * torch.randn(2, 4, generator=g, dtype=F64)).requires_grad_(True)
+    ref = old - 0.2
+    adv = t([0.7, -1.1])
+    kw = dict(ratio="token", clip_low=0.2, clip_high=0.28, aggregation="token_mean", kl_coef=0.1, ref_logprobs=ref)
+    loss, m = policy_loss(logp, old, adv, mask, engine_logprobs=engine, rollout_correction="token_truncated",
+                          rollout_correction_cap=2.0, **kw)  # fmt: skip
+    r = torch.exp(logp - old)
+    pg = torch.maximum(-adv[:, None] * r, -adv[:, None] * r.clamp(0.8, 1.28))
+    expected = ((pg * w.detach() + 0.1 * (torch.exp(ref - logp) - (ref - logp) - 1)) * mask).sum() / mask.sum()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-12)
+    (grad,) = torch.autograd.grad(loss, logp)
+    (expected_grad,) = torch.autograd.grad(expected, logp)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-15)  # no gradient through the weight
+    assert m["rollout_ratio_mean"] == pytest.approx((0.5 + 1 + 1.9 + 2.5 + 4 + 1 + 0.25) / 7, rel=1e-12)
+    assert m["rollout_ratio_max"] == pytest.approx(4.0, rel=1e-12) and m["rollout_capped_frac"] == 2 / 7
+    # without the correction the loss is the plain surrogate
+    plain, _ = policy_loss(logp, old, adv, mask, engine_logprobs=engine, **kw)
+    assert plain.item() == pytest.approx(((pg + 0.1 * (torch.exp(ref - logp) - (ref - logp) - 1)) * mask).sum().item() / 7, rel=1e-12)
 
 
 def test_dual_clip_caps_negative_advantage_loss() -> None:

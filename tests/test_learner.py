@@ -5,17 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.learner import Learner
+from rlvr import learner as learner_module
+from rlvr.learner import Learner, micro_batches, response_logprobs, split_to, token_logprobs
 from rlvr.models import resolve_model_path
 from rlvr.types import Completion, RolloutBatch
 
 MODEL = resolve_model_path("builtin:tiny-arith")
 
 
-def make_learner(micro_batch_rows: int, dtype: str = "float64") -> Learner:
+def make_learner(micro_batch_rows: int, dtype: str = "float64", micro_batch_tokens: int = 0) -> Learner:
     torch.manual_seed(0)
     return Learner(MODEL, dtype=dtype, lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=1, grad_clip=1e9,
-                   micro_batch_rows=micro_batch_rows, with_reference=False)
+                   micro_batch_rows=micro_batch_rows, micro_batch_tokens=micro_batch_tokens, with_reference=False)
 
 
 def synthetic_batch(n: int = 6, seed: int = 0) -> RolloutBatch:
@@ -71,19 +72,29 @@ GRAD_RTOL_OF_MAX = 1e3 * torch.finfo(torch.float64).eps
 ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which the learner uses
 
 
+# (micro_batch_rows, micro_batch_tokens): one row at a time, rows in order, and token budgets that sort the rows by
+# length into micro-batches of 1-3 rows (the rows are 4-10 tokens long); the last is the whole batch in one pass
+LAYOUTS = [(1, 0), (2, 0), (6, 12), (6, 20), (2, 30), (6, 0)]
+
+
 @pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "seq_mean_token_sum_norm", "token_mean"])
-def test_update_is_invariant_to_micro_batch_size(aggregation):
+def test_update_is_invariant_to_micro_batch_layout(aggregation):
     batch = synthetic_batch()
+    g = torch.Generator().manual_seed(1)
     adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8, -0.4], dtype=torch.float64)
     kwargs = dict(ratio="token", clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=8,
-                  kl_coef=0.0, kl_estimator="k3", clip_ratio_c=None)
+                  kl_coef=0.0, kl_estimator="k3", clip_ratio_c=None, rollout_correction="token_truncated",
+                  rollout_correction_cap=2.0)  # fmt: skip
+    noise = torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
+    engine_noise = torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
     runs = []
-    for rows in (1, 2, 6):
-        learner = make_learner(micro_batch_rows=rows)
+    for rows, tokens in LAYOUTS:
+        learner = make_learner(micro_batch_rows=rows, micro_batch_tokens=tokens)
         assert learner.optimizer.defaults["eps"] == ADAM_EPS
-        old = learner.logprobs(batch) + 0.1 * torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        old = learner.logprobs(batch) + 0.1 * noise
+        batch.engine_logprobs = old + 0.8 * engine_noise  # some tokens past the correction's cap
         metrics, grad = update_with_gradient(learner, batch, adv, batch.response_mask, old, None, loss_kwargs=kwargs)
-        assert metrics["clip_frac"] > 0  # the clip is exercised
+        assert metrics["clip_frac"] > 0 and 0 < metrics["rollout_capped_frac"] < 1  # the clip and the cap are exercised
         params = torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()])
         runs.append((metrics, grad, params, learner.optimizer.param_groups[0]["lr"]))
     full_metrics, full_grad, full_params, lr = runs[-1]
@@ -91,8 +102,55 @@ def test_update_is_invariant_to_micro_batch_size(aggregation):
     for metrics, grad, params, _ in runs[:-1]:
         torch.testing.assert_close(grad, full_grad, rtol=0, atol=grad_atol)
         torch.testing.assert_close(params, full_params, rtol=0, atol=lr / ADAM_EPS * grad_atol)
-        for key in ("pg_loss", "grad_norm", "clip_frac", "entropy"):
+        for key in ("pg_loss", "grad_norm", "clip_frac", "entropy", "rollout_ratio_mean", "rollout_capped_frac"):
             assert metrics[key] == pytest.approx(full_metrics[key], rel=GRAD_RTOL_OF_MAX), key
+        for key in ("ratio_max", "ratio_min", "rollout_ratio_max"):  # extremes over micro-batches, not their mean
+            assert metrics[key] == full_metrics[key], key
+
+
+def test_micro_batches_pad_each_to_its_own_longest_row():
+    lengths = [5, 40, 7, 7, 12, 3, 30, 9]
+    plan = micro_batches(lengths, max_rows=3, max_tokens=24)
+    assert sorted(i for mb in plan for i in mb) == list(range(len(lengths)))  # every row once
+    assert plan == [[1], [6], [4, 7], [2, 3, 0], [5]]  # longest first; 40 and 30 exceed the budget: alone
+    for mb in plan:
+        assert len(mb) <= 3 and (len(mb) == 1 or len(mb) * max(lengths[i] for i in mb) <= 24)
+    assert micro_batches(lengths, max_rows=3, max_tokens=0) == [[1, 6, 4], [7, 2, 3], [0, 5]]  # rows only
+    evened = split_to(plan, lengths, 7)  # the largest (in padded tokens) are halved first
+    assert evened == [[1], [6], [4], [7], [2], [3, 0], [5]]
+
+
+def test_token_logprobs_match_float64_log_softmax_and_gradcheck(monkeypatch):
+    monkeypatch.setattr(learner_module, "LOGITS_CHUNK_BYTES", 4 * 11 * 3)  # 3 tokens per chunk of an 11-word vocabulary
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(8, 5, generator=g, dtype=torch.float64, requires_grad=True)  # [M, H]
+    weight = torch.randn(11, 5, generator=g, dtype=torch.float64, requires_grad=True)  # [V, H]
+    targets = torch.randint(0, 11, (8,), generator=g)
+    for temperature in (1.0, 0.7):
+
+        def logp_of(h: torch.Tensor, w: torch.Tensor, temperature: float = temperature) -> torch.Tensor:
+            return token_logprobs(h, w, targets, temperature=temperature)[0]
+
+        logp, entropy = token_logprobs(hidden, weight, targets, temperature=temperature, with_entropy=True)
+        z = hidden @ weight.T / temperature  # [M, V]
+        expected = torch.log_softmax(z, -1).gather(-1, targets[:, None])[:, 0]
+        torch.testing.assert_close(logp, expected, rtol=0, atol=1e-13)
+        p = torch.softmax(z, -1)
+        torch.testing.assert_close(entropy, -(p * torch.log(p)).sum(-1), rtol=0, atol=1e-13)
+        assert torch.autograd.gradcheck(logp_of, (hidden, weight))
+
+
+def test_chunked_head_equals_the_models_own_logits():
+    learner = make_learner(micro_batch_rows=6)
+    assert learner.plain_head
+    batch = synthetic_batch()
+    for temperature in (1.0, 0.6):
+        chunked, h_chunked = response_logprobs(learner.model, batch, with_entropy=True, temperature=temperature)
+        full, h_full = response_logprobs(learner.model, batch, with_entropy=True, temperature=temperature, plain_head=False)
+        mask = batch.response_mask.bool()
+        torch.testing.assert_close(chunked[mask], full[mask], rtol=0, atol=1e-12)
+        torch.testing.assert_close(h_chunked[mask], h_full[mask], rtol=0, atol=1e-12)
+        assert (chunked[~mask] == 0).all()
 
 
 def test_single_update_has_ratio_exactly_one():

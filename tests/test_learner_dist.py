@@ -1,6 +1,8 @@
 """The FSDP2 learner on a real gloo process group: 1 process (plain module, and FSDP2 over one rank) and 2 processes
 (FSDP2), handed the same fixed batch, end two optimizer steps with the same parameters, for every recipe's aggregation and ratio (float64, so any mis-scaled
-normalizer or double-counted gradient shows far above the tolerance)."""
+normalizer or double-counted gradient shows far above the tolerance). The rows have uneven lengths; one process cuts
+them into micro-batches of 3 rows, two processes by a budget of 18 padded tokens (sorted by length, and a different
+number of micro-batches per rank before they are evened out)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ CASES = [
     ("token_mean", "token", 0.0),  # dapo
     ("seq_mean_token_mean", "sequence", 0.0),  # gspo
 ]
+# (micro_batch_rows, micro_batch_tokens) per world size: rank 0's rows make 3 micro-batches under the token budget,
+# rank 1's 2 (tests/test_learner.py: synthetic_batch), so the ranks must even their counts out
+LAYOUTS = {1: (3, 0), 2: (8, 18)}
 
 
 def _batch():
@@ -40,14 +45,20 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None)
     batch = _batch()
     adv = torch.linspace(-1.2, 1.0, batch.num_rows, dtype=torch.float64)  # [N]
     out = {}
+    rows, tokens = LAYOUTS[world_size]
     for aggregation, ratio, kl_coef in CASES:
         learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.01, warmup_steps=0, lr_schedule="constant",
-                          total_updates=2, grad_clip=0.5, micro_batch_rows=3, with_reference=kl_coef > 0, shard=shard)  # fmt: skip
-        noise = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+                          total_updates=2, grad_clip=0.5, micro_batch_rows=rows, micro_batch_tokens=tokens,
+                          with_reference=kl_coef > 0, shard=shard)  # fmt: skip
+        g = torch.Generator().manual_seed(1)
+        noise = torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
         old = learner.logprobs(batch) + 0.1 * noise  # [N, T] off-policy, so the clip is exercised
+        # the engine's logprobs differ from the learner's, some by more than the cap: the correction is exercised
+        batch.engine_logprobs = old + 0.8 * torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
         ref = learner.logprobs(batch, reference=True) if kl_coef > 0 else None
         kwargs = dict(ratio=ratio, clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=8,
-                      kl_coef=kl_coef, kl_estimator="k3", clip_ratio_c=None)  # fmt: skip
+                      kl_coef=kl_coef, kl_estimator="k3", clip_ratio_c=None, rollout_correction="token_truncated",
+                      rollout_correction_cap=2.0)  # fmt: skip
         metrics = [learner.update(batch, adv, batch.response_mask, old, ref, loss_kwargs=kwargs) for _ in range(2)]
         weights = {name: t.clone() for name, t in learner.named_weights()}
         out[f"{aggregation}/{ratio}"] = (weights, metrics)
@@ -82,6 +93,9 @@ def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytes
             torch.testing.assert_close(w2[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name}")
             torch.testing.assert_close(w1s[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name} (FSDP2, 1 rank)")
         for a, b in zip(m1, m2):  # metrics are global too: the loss, clip fractions, grad norm
-            for key in ("pg_loss", "clip_frac", "grad_norm", "entropy"):
+            keys = ("pg_loss", "clip_frac", "grad_norm", "entropy", "ratio_max", "ratio_min", "rollout_ratio_mean",
+                    "rollout_ratio_max", "rollout_capped_frac")  # fmt: skip
+            for key in keys:
                 assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-12), (case, key)
         assert m1[1]["clip_frac"] > 0, case
+        assert 0 < m1[0]["rollout_capped_frac"] < 1, case
