@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow lint bench bench-real bench-learner gpu-check model clean
+.PHONY: install demo test test-slow lint bench bench-real bench-learner bench-learner-realistic gpu-check model clean
 
 install: $(VENV)/.installed
 
@@ -54,6 +54,11 @@ bench-real: install
 # Learner update phase: step time and peak memory per rank, world sizes 1 and 2, built-in and 135M models.
 bench-learner: install
 	$(PY) scripts/bench_learner.py
+
+# The learner against the obvious implementation on 64 long-tailed rows of SmolLM2-135M's shape (~15 minutes on 2 cores);
+# the last line is JSON (update_tokens_per_s, naive_tokens_per_s, logprobs_tokens_per_s, peak_rss_mb, naive_peak_rss_mb).
+bench-learner-realistic: install
+	$(PY) scripts/bench_learner.py --realistic --json
 
 # On a GPU machine: bf16 + activation checkpointing throughput and bf16-vs-fp32 numerics (PASS/FAIL).
 gpu-check:

@@ -23,12 +23,45 @@ Memory: on CUDA torch.cuda.max_memory_allocated; on CPU the peak RSS (getrusage 
 process: checkpoint loading included) next to the RSS right after the learner was built, so the training
 increment shows. Threads: --threads cores in all (default: the cores this process may use), split evenly
 over the ranks with torch.set_num_threads (and OMP_NUM_THREADS). Not a test.
+
+Realistic mode: the learner against the obvious implementation, on one realistic batch
+
+    python scripts/bench_learner.py --realistic [--json] [--smoke] [--rows 64] [--seed 0] [--steps 1] [--warmup 0] [--threads N]
+
+Model: a randomly initialised Llama with SmolLM2-135M's architecture (--smoke: 2 decoder layers). Batch (seeded):
+--rows rows (default 64; --smoke 16), prompt lengths uniform in 40..120, response lengths long-tailed (lognormal,
+median 100, sigma 0.75, rounded and clamped to [1, 512]; --smoke clamps to 64) with 3 rows in 64 (chosen by the
+seed) exactly at the maximum (finish reason "length"), random token ids, right-padded by RolloutBatch.from_completions;
+advantages seeded randn per row. A one-line summary of the lengths goes to stderr. Two measurements, one after
+the other, each in its own fresh process (`--realistic-worker naive|rlvr`) so that the peak RSS is its own, both
+with --threads threads (torch.set_num_threads and OMP_NUM_THREADS):
+
+    naive  transformers' AutoModelForCausalLM in fp32 as a plain module, torch.optim.AdamW(lr=1e-6); micro-batches of
+           8 rows in order, every row padded to the batch's longest; the full-vocabulary logits at every position, an
+           fp32 log_softmax, gather of the response tokens; DAPO's loss (token ratio against old = logp.detach(),
+           clip 0.2 / 0.28, token-mean over the whole batch's response tokens), backward per micro-batch, then
+           clip_grad_norm_(1.0), step, zero_grad. Also times a no-grad logprobs pass done the same way.
+    rlvr   rlvr.learner.Learner.update with DAPO's loss and the project's default trainer settings from
+           recipes/config.yaml (trainer.micro_batch_rows, trainer.micro_batch_tokens if present, trainer.precision,
+           trainer.activation_checkpointing; only those Learner.__init__ accepts), fp32 parameters; the old logprobs
+           from one timed learner.logprobs call.
+
+Each runs --warmup untimed updates (default 0), then --steps timed ones (default 1; the median counts: on 2 CPU
+cores one naive update is ~8 minutes, itself an average over its 8 micro-batches). Tokens/s
+count real tokens only (prompt + response of every row, no padding). Memory: the RSS right after the model and
+the optimizer are built (AdamW's state comes at the first step, so it is part of the increment) and the peak RSS
+(ru_maxrss) after the updates; increment = peak - after build. A table goes to stdout; with --json the last line
+of stdout is one JSON object (update_tokens_per_s, naive_tokens_per_s, logprobs_tokens_per_s, peak_rss_mb,
+naive_peak_rss_mb, peak_increment_mb, naive_peak_increment_mb, speedup, memory_ratio, real_tokens, padded_tokens,
+rows, threads, device, the rlvr settings used, ...). --smoke checks the plumbing in well under a minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import math
 import os
 import resource
 import shutil
@@ -38,8 +71,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import torch
 
@@ -241,28 +275,343 @@ def table_row(model: str, ranks: list[dict]) -> str:
             f"{update_s:.3f} | {r0['response_tokens'] / update_s:,.0f} | {logprobs_s:.3f} | {built} | {peak} | {increment} |")  # fmt: skip
 
 
+# --- realistic mode: rlvr's Learner against the obvious implementation on one long-tailed batch ----------------------
+
+PROMPT_LEN_RANGE = (40, 120)  # prompt lengths: uniform integers, both ends included
+RESPONSE_MEDIAN, RESPONSE_SIGMA = 100.0, 0.75  # response lengths: lognormal(mu = ln 100, sigma), rounded
+RESPONSE_MAX, SMOKE_RESPONSE_MAX = 512, 64  # ... clamped to [1, max]
+FULL_LENGTH_PER_64 = 3  # rows (per 64) that run to the maximum: finish reason "length"
+NAIVE_MICRO_BATCH_ROWS = 8
+NAIVE_CLIP_LOW, NAIVE_CLIP_HIGH = 0.2, 0.28  # DAPO's clip-higher, as in LOSS_KWARGS
+
+
+def realistic_batch(rows: int, vocab_size: int, *, response_max: int, seed: int) -> tuple[RolloutBatch, torch.Tensor]:
+    """A seeded batch with realistic lengths (see the module docstring) and its advantages [N] (randn per row)."""
+    g = torch.Generator().manual_seed(seed)
+    low, high = PROMPT_LEN_RANGE
+    prompt_lens = torch.randint(low, high + 1, (rows,), generator=g)  # [N]
+    lognormal = torch.exp(math.log(RESPONSE_MEDIAN) + RESPONSE_SIGMA * torch.randn(rows, generator=g))  # [N]
+    response_lens = lognormal.round().clamp(1, response_max).long()  # [N]
+    full = torch.randperm(rows, generator=g)[: max(1, round(rows * FULL_LENGTH_PER_64 / 64))]
+    response_lens[full] = response_max
+    ids = torch.randint(3, vocab_size, (rows, int((prompt_lens + response_lens).max())), generator=g)  # [N, L]
+    completions = []
+    for row, p, r in zip(ids.tolist(), prompt_lens.tolist(), response_lens.tolist()):
+        completions.append(
+            Completion(prompt_ids=row[:p], token_ids=row[p : p + r], text="", engine_logprobs=[0.0] * r,
+                       finish_reason="length" if r == response_max else "stop")  # fmt: skip
+        )
+    advantages = torch.randn(rows, generator=g)  # [N]
+    rewards = [float(a > 0) for a in advantages.tolist()]  # not used by the loss; from_completions wants them
+    return RolloutBatch.from_completions(completions, rewards, [r > 0 for r in rewards], pad_id=0), advantages
+
+
+def real_tokens(batch: RolloutBatch) -> int:
+    """Prompt + response tokens over all rows, padding excluded."""
+    return int(batch.attention_mask.sum())
+
+
+def length_stats(batch: RolloutBatch) -> dict:
+    """min / median / mean / max of the prompt and response lengths, and the real and padded token counts."""
+    response = batch.response_mask.sum(1)  # [N]
+    prompt = batch.attention_mask.sum(1) - response  # [N]
+
+    def stats(x: torch.Tensor) -> dict:
+        x = x.double()
+        return {"min": int(x.min()), "median": float(x.median()), "mean": round(float(x.mean()), 1), "max": int(x.max())}
+
+    return {
+        "prompt_len": stats(prompt),
+        "response_len": stats(response),
+        "truncated_rows": int(batch.truncated.sum()),
+        "real_tokens": real_tokens(batch),
+        "padded_tokens": batch.input_ids.numel(),  # rows x the longest row
+    }
+
+
+def length_summary(batch: RolloutBatch) -> str:
+    """One line describing the batch's lengths."""
+    s = length_stats(batch)
+    p, r = s["prompt_len"], s["response_len"]
+    rows, width = batch.input_ids.shape
+    return (f"batch: {rows} rows; prompt len min/median/mean/max {p['min']}/{p['median']:.0f}/{p['mean']}/{p['max']}; "
+            f"response len {r['min']}/{r['median']:.0f}/{r['mean']}/{r['max']} ({s['truncated_rows']} rows finish 'length'); "
+            f"real tokens {s['real_tokens']}; padded tokens {rows} x {width} = {s['padded_tokens']} "
+            f"({s['real_tokens'] / s['padded_tokens']:.0%} real)")  # fmt: skip
+
+
+def naive_response_logprobs(model: torch.nn.Module, micro: RolloutBatch) -> torch.Tensor:
+    """The obvious way: full-vocabulary logits at every position, fp32 log_softmax, then the response tokens [m, T]."""
+    logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits  # [m, L, V]
+    logp_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [m, L - 1, V]: position j predicts token j + 1
+    token_logp = logp_all.gather(-1, micro.input_ids[:, 1:, None])[:, :, 0]  # [m, L - 1]
+    index = micro.response_index.clamp(max=token_logp.shape[1] - 1)  # [m, T] (padding columns clamped)
+    return token_logp.gather(1, index)  # [m, T]
+
+
+def naive_dapo_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
+    """DAPO's clipped surrogate (token ratio, clip 0.2 / 0.28), token-mean over the whole batch's `num_tokens`.
+
+    logp, mask: [m, T]; advantages: [m]. pi_old = pi_theta (old = logp.detach()), so the micro-batch losses sum to
+    the batch loss.
+    """
+    ratio = torch.exp(logp - logp.detach())  # [m, T]
+    adv = advantages[:, None]  # [m, 1]
+    clipped = ratio.clamp(1 - NAIVE_CLIP_LOW, 1 + NAIVE_CLIP_HIGH)  # [m, T]
+    per_token = -torch.minimum(ratio * adv, clipped * adv)  # [m, T]
+    return (per_token * mask).sum() / num_tokens
+
+
+def naive_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, advantages: torch.Tensor) -> None:
+    """One optimizer update: micro-batches of NAIVE_MICRO_BATCH_ROWS rows in order, backward each, clip, step."""
+    num_tokens = batch.response_mask.sum()  # [] the whole batch's response tokens
+    for i in range(0, batch.num_rows, NAIVE_MICRO_BATCH_ROWS):
+        rows = slice(i, i + NAIVE_MICRO_BATCH_ROWS)
+        micro = batch.select(rows)  # every row still padded to the batch's longest row
+        logp = naive_response_logprobs(model, micro)  # [m, T]
+        naive_dapo_loss(logp, advantages[rows], micro.response_mask, num_tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+@torch.no_grad()
+def naive_logprobs(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
+    """A no-grad logprobs pass done the naive way: [N, T]."""
+    return torch.cat([naive_response_logprobs(model, batch.select(slice(i, i + NAIVE_MICRO_BATCH_ROWS)))
+                      for i in range(0, batch.num_rows, NAIVE_MICRO_BATCH_ROWS)])  # fmt: skip
+
+
+def rlvr_default_settings() -> dict:
+    """The trainer settings the project runs with by default (recipes/config.yaml); micro_batch_tokens None if absent."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(REPO / "recipes" / "config.yaml")
+    keys = ("micro_batch_rows", "micro_batch_tokens", "precision", "activation_checkpointing")
+    return {k: OmegaConf.select(cfg, f"trainer.{k}", default=None) for k in keys}
+
+
+def measure_naive(model_path: str, batch: RolloutBatch, advantages: torch.Tensor, *, warmup: int, steps: int) -> dict:
+    """Time the naive update (and a naive logprobs pass); memory of this process."""
+    from transformers import AutoModelForCausalLM
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    torch.nn.Module.to(model, device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    batch, advantages = batch.to(device), advantages.to(device)
+    rss_after_build = rss_mib()
+    for _ in range(warmup):
+        naive_update(model, optimizer, batch, advantages)
+    _, logprobs_s = timed(lambda: naive_logprobs(model, batch), device)
+    step_s = [timed(lambda: naive_update(model, optimizer, batch, advantages), device)[1] for _ in range(steps)]
+    return {"settings": {"micro_batch_rows": NAIVE_MICRO_BATCH_ROWS, "precision": "fp32"}, "update_s": step_s,
+            "logprobs_s": logprobs_s, "rss_after_build_mib": rss_after_build, **peak_memory(device)}  # fmt: skip
+
+
+def measure_rlvr(model_path: str, batch: RolloutBatch, advantages: torch.Tensor, *, warmup: int, steps: int) -> dict:
+    """Time Learner.update with the project's default trainer settings; memory of this process."""
+    from rlvr import distributed
+    from rlvr.learner import Learner
+
+    settings = rlvr_default_settings()
+    params = inspect.signature(Learner.__init__).parameters
+    passed = {k: v for k, v in settings.items() if k in params and v is not None}
+    learner = Learner(model_path, dtype="float32", lr=1e-6, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
+                      total_updates=10**6, grad_clip=1.0, with_reference=False, **passed)  # fmt: skip
+    rss_after_build = rss_mib()
+    # what Learner ran with: the value passed, else its own default, else None (it has no such setting)
+    used = {k: passed.get(k, params[k].default if k in params else None) for k in settings}
+    mask = batch.response_mask  # [N, T]
+    kwargs = {**LOSS_KWARGS, "max_len": int(batch.response_ids.shape[1])}
+    for _ in range(warmup):  # pi_old = pi_theta
+        learner.update(batch, advantages, mask, None, None, loss_kwargs=kwargs)
+    old_logprobs, logprobs_s = timed(lambda: learner.logprobs(batch), learner.device)  # [N, T]
+    step_s = [timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, loss_kwargs=kwargs),
+                    learner.device)[1] for _ in range(steps)]  # fmt: skip
+    result = {"settings": used, "settings_not_accepted": sorted(k for k in settings if k not in params),
+              "update_s": step_s, "logprobs_s": logprobs_s, "rss_after_build_mib": rss_after_build,
+              **peak_memory(learner.device)}  # fmt: skip
+    distributed.shutdown()
+    return result
+
+
+def peak_memory(device: torch.device) -> dict:
+    """This process's peak RSS (MiB) and, on CUDA, the peak allocated device memory."""
+    out = {"peak_rss_mib": max_rss_mib()}
+    if device.type == "cuda":
+        out["cuda_peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+def save_batch(path: Path, batch: RolloutBatch, advantages: torch.Tensor) -> None:
+    """Write the batch's tensors and the advantages, for the measurement processes."""
+    torch.save({"batch": {f.name: getattr(batch, f.name) for f in fields(batch)}, "advantages": advantages}, path)
+
+
+def load_batch(path: Path) -> tuple[RolloutBatch, torch.Tensor]:
+    """What save_batch wrote: (batch, advantages [N])."""
+    saved = torch.load(path, weights_only=True)
+    return RolloutBatch(**saved["batch"]), saved["advantages"]
+
+
+def realistic_worker(args: argparse.Namespace) -> None:
+    """One measurement (naive or rlvr) in this fresh process; its numbers go to --result-dir/<mode>.json."""
+    torch.set_num_threads(args.threads)
+    batch, advantages = load_batch(Path(args.batch_file))
+    measure = measure_naive if args.realistic_worker == "naive" else measure_rlvr
+    result = measure(args.model_path, batch, advantages, warmup=args.warmup, steps=args.steps)
+    result["threads"] = torch.get_num_threads()
+    Path(args.result_dir, f"{args.realistic_worker}.json").write_text(json.dumps(result, indent=1))
+
+
+def run_realistic(args: argparse.Namespace) -> None:
+    """Build the model and the batch, run the two measurements one after the other, print the table (and JSON)."""
+    rows = args.rows or (16 if args.smoke else 64)
+    response_max = SMOKE_RESPONSE_MAX if args.smoke else RESPONSE_MAX
+    layers = 2 if args.smoke else cast(int, SMOLLM2_135M["num_hidden_layers"])
+    torch.set_num_threads(args.threads)
+    cuda = torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if cuda else f"CPU, {len(os.sched_getaffinity(0))} cores, no GPU"
+    with tempfile.TemporaryDirectory(prefix="bench-learner-realistic-") as tmp_name:
+        tmp = Path(tmp_name)
+        model_path = build_random_llama(tmp / "smollm2-135m-random", num_hidden_layers=layers)
+        vocab_size = cast(int, SMOLLM2_135M["vocab_size"])
+        batch, advantages = realistic_batch(rows, vocab_size, response_max=response_max, seed=args.seed)  # [N, L], [N]
+        print(length_summary(batch), file=sys.stderr, flush=True)
+        save_batch(tmp / "batch.pt", batch, advantages)
+        results = {}
+        for mode in ("naive", "rlvr"):  # one after the other: never two measurements on the same cores
+            cmd = [sys.executable, __file__, "--realistic-worker", mode, "--model-path", str(model_path),
+                   "--batch-file", str(tmp / "batch.pt"), "--result-dir", str(tmp), "--threads", str(args.threads),
+                   "--warmup", str(args.warmup), "--steps", str(args.steps)]  # fmt: skip
+            env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+            subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)  # its chatter to stderr: stdout is the report
+            results[mode] = json.loads((tmp / f"{mode}.json").read_text())
+    summary = realistic_summary(batch, results, rows=rows, threads=args.threads, device=device, layers=layers,
+                                response_max=response_max, args=args)  # fmt: skip
+    print(realistic_table(summary, results), flush=True)
+    if args.json:
+        print(json.dumps(summary), flush=True)
+
+
+def realistic_summary(batch: RolloutBatch, results: dict, *, rows: int, threads: int, device: str, layers: int,
+                      response_max: int, args: argparse.Namespace) -> dict:  # fmt: skip
+    """The JSON object: throughput (real tokens), memory and the settings of both measurements."""
+    tokens = real_tokens(batch)
+    naive, rlvr = results["naive"], results["rlvr"]
+    update_s, naive_s = statistics.median(rlvr["update_s"]), statistics.median(naive["update_s"])
+    increment = rlvr["peak_rss_mib"] - rlvr["rss_after_build_mib"]
+    naive_increment = naive["peak_rss_mib"] - naive["rss_after_build_mib"]
+    summary = {
+        "update_tokens_per_s": tokens / update_s,
+        "naive_tokens_per_s": tokens / naive_s,
+        "logprobs_tokens_per_s": tokens / rlvr["logprobs_s"],
+        "naive_logprobs_tokens_per_s": tokens / naive["logprobs_s"],
+        "peak_rss_mb": rlvr["peak_rss_mib"],
+        "naive_peak_rss_mb": naive["peak_rss_mib"],
+        "rss_after_build_mb": rlvr["rss_after_build_mib"],
+        "naive_rss_after_build_mb": naive["rss_after_build_mib"],
+        "peak_increment_mb": increment,
+        "naive_peak_increment_mb": naive_increment,
+        "speedup": naive_s / update_s,
+        "memory_ratio": increment / naive_increment if naive_increment > 0 else None,
+        "update_s": rlvr["update_s"],
+        "naive_update_s": naive["update_s"],
+        "logprobs_s": rlvr["logprobs_s"],
+        "naive_logprobs_s": naive["logprobs_s"],
+        "real_tokens": tokens,
+        "padded_tokens": batch.input_ids.numel(),
+        "response_tokens": int(batch.response_mask.sum()),
+        "rows": rows,
+        "lengths": length_stats(batch),
+        "threads": threads,
+        "device": device,
+        **{k: rlvr["settings"].get(k) for k in ("micro_batch_rows", "micro_batch_tokens", "precision", "activation_checkpointing")},
+        "settings_not_accepted": rlvr["settings_not_accepted"],
+        "naive_micro_batch_rows": NAIVE_MICRO_BATCH_ROWS,
+        "num_hidden_layers": layers,
+        "response_max": response_max,
+        "seed": args.seed,
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "smoke": args.smoke,
+    }
+    for key, mode in (("cuda_peak_mb", rlvr), ("naive_cuda_peak_mb", naive)):
+        if "cuda_peak_mib" in mode:
+            summary[key] = mode["cuda_peak_mib"]
+    return summary
+
+
+def realistic_table(summary: dict, results: dict) -> str:
+    """A markdown table of the two measurements, and the ratios."""
+    s = summary
+    settings = (f"micro_batch_rows={s['micro_batch_rows']}, micro_batch_tokens={s['micro_batch_tokens']}, "
+                f"precision={s['precision']}, activation_checkpointing={s['activation_checkpointing']}")  # fmt: skip
+    lines = [
+        f"device: {s['device']}; {s['threads']} threads; {s['num_hidden_layers']} layers; {s['rows']} rows, "
+        f"{s['real_tokens']} real tokens ({s['padded_tokens']} padded); times: median of {s['steps']} updates after "
+        f"{s['warmup']} warm-up; tokens/s count real tokens; memory: RSS, MiB\n",
+        "| implementation | update s (median) | update tokens/s | logprobs s | logprobs tokens/s | RSS after build | "
+        "peak RSS | peak - after build |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in ((f"naive (micro-batches of {NAIVE_MICRO_BATCH_ROWS} rows, full padding, fp32)", results["naive"]),
+                    (f"rlvr Learner ({settings})", results["rlvr"])):  # fmt: skip
+        update_s = statistics.median(r["update_s"])
+        lines.append(f"| {name} | {update_s:.3f} | {s['real_tokens'] / update_s:,.0f} | {r['logprobs_s']:.3f} | "
+                     f"{s['real_tokens'] / r['logprobs_s']:,.0f} | {r['rss_after_build_mib']:.0f} | {r['peak_rss_mib']:.0f} | "
+                     f"{r['peak_rss_mib'] - r['rss_after_build_mib']:.0f} |")  # fmt: skip
+    ratio = "n/a" if s["memory_ratio"] is None else f"{s['memory_ratio']:.2f}"
+    lines.append(f"\nspeedup (update tokens/s, rlvr / naive): {s['speedup']:.2f}x; memory ratio (peak increment, "
+                 f"rlvr / naive): {ratio}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["tiny", "135m"], choices=list(DEFAULT_SHAPES))
     ap.add_argument("--worlds", nargs="+", type=int, default=[1, 2])
-    ap.add_argument("--rows", type=int, help="batch rows (default: 64)")
+    ap.add_argument("--rows", type=int, help="batch rows (default: 64; --realistic --smoke: 16)")
     ap.add_argument("--prompt-len", type=int, help="prompt tokens per row (default: 16 tiny, 64 135m)")
     ap.add_argument("--response-len", type=int, help="response tokens per row (default: 32 tiny, 128 135m)")
     ap.add_argument("--micro-batch-rows", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=1, help="untimed updates first")
-    ap.add_argument("--steps", type=int, default=3, help="timed updates (the table shows the median)")
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cores in all, split over the ranks")
+    ap.add_argument("--warmup", type=int, help="untimed updates first (default: 1; --realistic: 0)")
+    ap.add_argument("--steps", type=int, help="timed updates, the median counts (default: 3; --realistic: 1)")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cores in all, split over the ranks (--realistic: each measurement's threads)")
     ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"], help="Learner precision (auto: bf16 on CUDA, fp32 on CPU)")
     ap.add_argument("--activation-checkpointing", action="store_true")
     ap.add_argument("--out", help="write every rank's numbers here (JSON)")
+    ap.add_argument("--realistic", action="store_true", help="rlvr's Learner against the naive implementation on a realistic batch")
+    ap.add_argument("--json", action="store_true", help="(--realistic) the last line of stdout: one JSON object")
+    ap.add_argument("--smoke", action="store_true", help="(--realistic) 2 layers, 16 rows, responses up to 64 tokens")
+    ap.add_argument("--seed", type=int, default=0, help="(--realistic) the batch's seed")
     # worker mode (the launcher passes these to itself under torchrun)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model-path", help=argparse.SUPPRESS)
     ap.add_argument("--result-dir", help=argparse.SUPPRESS)
     ap.add_argument("--threads-per-rank", type=int, default=1, help=argparse.SUPPRESS)
+    # realistic mode's measurement processes
+    ap.add_argument("--realistic-worker", choices=["naive", "rlvr"], help=argparse.SUPPRESS)
+    ap.add_argument("--batch-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    realistic = args.realistic or args.realistic_worker
+    if args.steps is None:  # a realistic naive update is ~8 minutes on 2 cores: one of each, unless asked
+        args.steps = 1 if realistic else 3
+    if args.warmup is None:
+        args.warmup = 0 if realistic else 1
+    if args.steps < 1:
+        ap.error("--steps must be at least 1")
+    if (args.json or args.smoke) and not args.realistic:
+        ap.error("--json and --smoke go with --realistic")
     if args.worker:
         worker(args)
+        return
+    if args.realistic_worker:
+        realistic_worker(args)
+        return
+    if args.realistic:
+        run_realistic(args)
         return
 
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp_name:
