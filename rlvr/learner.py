@@ -137,13 +137,13 @@ def _head_replaced(head: torch.nn.Module, forward: Callable[[torch.Tensor], torc
         del head.forward
 
 
-def has_plain_head(model: PreTrainedModel) -> bool:
+def has_plain_head(model: PreTrainedModel, device: torch.device) -> bool:
     """Whether the model's logits are exactly its LM head's weight times the last hidden state (a bias-free Linear,
-    no soft-capping or scaling after it), checked on a few tokens; a collective under FSDP2 (every rank calls it)."""
+    called by the forward, no soft-capping or scaling after it), checked on a few tokens; a collective under FSDP2
+    (every rank calls it)."""
     head = model.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear) or head.bias is not None:
         return False
-    device = next(model.parameters()).device
     ids = torch.arange(5, device=device)[None] % model.config.vocab_size  # [1, 5]
     seen: dict[str, torch.Tensor] = {}
 
@@ -155,7 +155,7 @@ def has_plain_head(model: PreTrainedModel) -> bool:
         logits = model(input_ids=ids).logits  # [1, 5, V]
         with _head_replaced(head, plain):
             model(input_ids=ids)
-    return torch.allclose(logits.float(), seen["logits"].float(), rtol=1e-4, atol=1e-4)
+    return "logits" in seen and torch.allclose(logits.float(), seen["logits"].float(), rtol=1e-4, atol=1e-4)
 
 
 def response_logprobs(
@@ -337,7 +337,7 @@ class Learner:
         self.micro_batch_rows = micro_batch_rows
         self.micro_batch_tokens = micro_batch_tokens
         self.temperature = temperature
-        self.plain_head = has_plain_head(self.model)  # else response logprobs take the model's own logits
+        self.plain_head = has_plain_head(self.model, self.device)  # else response logprobs take the model's own logits
 
     def _build(self, dtype: str, activation_checkpointing: bool) -> PreTrainedModel:
         """The model from `model_path` on this rank's device: fully_shard-ed per decoder layer and at the root

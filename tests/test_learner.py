@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlvr import learner as learner_module
-from rlvr.learner import Learner, micro_batches, response_logprobs, split_to, token_logprobs
+from rlvr.learner import Learner, has_plain_head, micro_batches, response_logprobs, split_to, token_logprobs
 from rlvr.models import resolve_model_path
 from rlvr.types import Completion, RolloutBatch
 
@@ -138,6 +138,22 @@ def test_token_logprobs_match_float64_log_softmax_and_gradcheck(monkeypatch):
         p = torch.softmax(z, -1)
         torch.testing.assert_close(entropy, -(p * torch.log(p)).sum(-1), rtol=0, atol=1e-13)
         assert torch.autograd.gradcheck(logp_of, (hidden, weight))
+
+
+def test_logits_that_are_not_the_heads_plain_product_are_detected():
+    learner = make_learner(micro_batch_rows=6)
+    cpu = torch.device("cpu")
+
+    def softcap(module, args, output):  # Gemma-2-style soft-capping after the LM head
+        output.logits = 3.0 * torch.tanh(output.logits / 3.0)
+        return output
+
+    handle = learner.model.register_forward_hook(softcap)
+    try:
+        assert not has_plain_head(learner.model, cpu)  # such a model takes its own logits (plain_head=False)
+    finally:
+        handle.remove()
+    assert has_plain_head(learner.model, cpu)
 
 
 def test_chunked_head_equals_the_models_own_logits():
