@@ -156,20 +156,26 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 
-def rollout_correction_weights(old_logprobs: Tensor, engine_logprobs: Tensor, mode: str, cap: float) -> Tensor:
-    """Per-token weights [N, T] that correct for the engine sampling from slightly other numbers than the learner's.
+def rollout_correction_weights(ratio: Tensor, mode: str, cap: float) -> Tensor:
+    """Per-token weights [N, T] that correct for the engine sampling from slightly other numbers than the learner's,
+    from ratio = pi_old(o_t) / pi_engine(o_t) [N, T] (`engine_ratio`): the learner's probability of the sampled token
+    under the weights that sampled it over the engine's own.
 
     none:            w = 1.
-    token_truncated: w_t = min(pi_old(o_t) / pi_engine(o_t), cap), detached (truncated importance sampling, as verl's
-                     `rollout_is: token` and TRL's `token_truncate`): pi_old is the learner's logprob of the sampled
-                     token under the weights that sampled it, pi_engine the engine's own for the same token.
-    The log-ratio is clamped to [-20, 20] before exp, so a token the engine gave probability ~0 stays finite.
+    token_truncated: w_t = min(ratio_t, cap) (truncated importance sampling, as verl's `rollout_is: token` and TRL's
+                     `token_truncate`).
     """
     if mode == "none":
-        return torch.ones_like(old_logprobs)
+        return torch.ones_like(ratio)
     if mode == "token_truncated":
-        return torch.exp((old_logprobs - engine_logprobs).detach().clamp(-20.0, 20.0)).clamp(max=cap)  # [N, T]
+        return ratio.clamp(max=cap)  # [N, T]
     raise _invalid("rollout_correction", mode, ROLLOUT_CORRECTIONS)
+
+
+def engine_ratio(old_logprobs: Tensor, engine_logprobs: Tensor) -> Tensor:
+    """pi_old / pi_engine per token [N, T], detached; the log-ratio is clamped to [-20, 20] before exp, so a token the
+    engine gave probability ~0 stays finite."""
+    return torch.exp((old_logprobs - engine_logprobs).detach().clamp(-20.0, 20.0))
 
 
 def metric_units(mask: Tensor, ratio: str) -> Tensor:
@@ -224,11 +230,12 @@ def policy_loss(
     pg = torch.maximum(-adv * r, -adv * r.clamp(1 - clip_low, 1 + clip_high))  # [N, T]
     if clip_ratio_c is not None:
         pg = torch.where(adv < 0, torch.minimum(pg, -adv * clip_ratio_c), pg)  # [N, T]
+    to_engine = None  # pi_old / pi_engine [N, T] when the correction is on
     if rollout_correction != "none":
         if engine_logprobs is None:
             raise ValueError(f"rollout_correction {rollout_correction!r} requires engine_logprobs")
-        correction = rollout_correction_weights(old_logprobs, engine_logprobs, rollout_correction, rollout_correction_cap)
-        pg = pg * correction  # [N, T]; the KL term is not weighted (verl, TRL)
+        to_engine = engine_ratio(old_logprobs, engine_logprobs)
+        pg = pg * rollout_correction_weights(to_engine, rollout_correction, rollout_correction_cap)  # the KL term is not weighted (verl, TRL)
     loss_mat = pg  # [N, T]
     if kl_coef > 0:
         assert ref_logprobs is not None
@@ -262,9 +269,8 @@ def policy_loss(
             metrics["dual_clip_frac"] = _frac((a_u < 0) & (pg_u > -a_u * clip_ratio_c))
         if kl_coef > 0:
             metrics["kl"] = masked_mean(kl, mask).item()
-        if engine_logprobs is not None and rollout_correction != "none":
-            keep = mask.bool()  # [N, T]
-            raw = torch.exp((old_logprobs - engine_logprobs).clamp(-20.0, 20.0))[keep]  # [M] pi_old / pi_engine, untruncated
+        if to_engine is not None:
+            raw = to_engine[mask.bool()]  # [M] untruncated
             metrics["rollout_ratio_mean"] = raw.mean().item() if raw.numel() else 1.0
             metrics["rollout_ratio_max"] = raw.max().item() if raw.numel() else 1.0
             metrics["rollout_capped_frac"] = _frac(raw > rollout_correction_cap)

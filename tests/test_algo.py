@@ -12,6 +12,7 @@ from rlvr.algo import (
     AGGREGATIONS,
     RATIOS,
     aggregate,
+    engine_ratio,
     entropy_from_logits,
     group_advantages,
     importance_ratio,
@@ -247,11 +248,13 @@ def test_rollout_correction_weights_each_token_by_truncated_ratio() -> None:
     engine = torch.log(t([[0.4, 0.3, 0.1, 0.2], [0.05, 0.5, 0.8, 0.9]]))
     old = engine + torch.log(t([[0.5, 1.0, 1.9, 2.5], [4.0, 1.0, 0.25, 7.0]]))
     mask = t([[1, 1, 1, 1], [1, 1, 1, 0]])
-    w = rollout_correction_weights(old, engine, "token_truncated", 2.0)
+    ratio = engine_ratio(old, engine)
+    w = rollout_correction_weights(ratio, "token_truncated", 2.0)
     torch.testing.assert_close(w[mask.bool()], t([0.5, 1.0, 1.9, 2.0, 2.0, 1.0, 0.25]), rtol=1e-12, atol=0)
-    assert (rollout_correction_weights(old, engine, "none", 2.0) == 1).all()
+    assert (rollout_correction_weights(ratio, "none", 2.0) == 1).all()
     with pytest.raises(ValueError, match="token_truncated"):
-        rollout_correction_weights(old, engine, "sequence", 2.0)
+        rollout_correction_weights(ratio, "sequence", 2.0)
+    assert engine_ratio(t([0.0]), t([-1e4])).item() == pytest.approx(math.exp(20.0))  # clamped, finite
     # the loss: each token's clipped surrogate times its (detached) weight; the KL term is not weighted
     g = torch.Generator().manual_seed(0)
     logp = (old + 0.3 * torch.randn(2, 4, generator=g, dtype=F64)).requires_grad_(True)
