@@ -1,4 +1,5 @@
-"""`rlvr train [hydra overrides]`: the command line. `train` hands its argv to Hydra."""
+"""The command line: `rlvr train|eval [hydra overrides]` hand their argv to Hydra; `rlvr report PATH...` to argparse.
+Each command's work lives in its own module (rlvr.trainer, rlvr.eval_cli, rlvr.report); this one only dispatches."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from rlvr.config import ConfigError, unknown_key_message, validate
+from rlvr.config import GROUPS, ConfigError, override_key, unknown_key_message, validate
+from rlvr.eval_cli import APP_KEYS
 
 RECIPES = str(importlib.resources.files("rlvr.recipes"))  # the YAML tree ships inside the package
-GROUPS = ("recipe", "model", "data", "logger")  # Hydra config groups: their values are checked by Hydra
 
 USAGE = """usage: rlvr <command> [args]
 
@@ -19,16 +20,20 @@ commands:
   train [overrides]   train a policy; Hydra overrides, e.g. `rlvr train recipe=grpo trainer.max_steps=50`
                       (`rlvr train --help` lists the config groups, `--cfg job` prints the composed config,
                       `-m recipe=grpo,dapo trainer.seed=0,1` runs a sweep)
+  eval [overrides]    greedy accuracy, mean@n and pass@k on held-out prompts: `rlvr eval run=<run or checkpoint
+                      folder>`, or `rlvr eval model.path=<model> data=gym data.name=chain_sum eval.n=16`
+  report PATH...      one offline HTML page (and a PNG per plot) comparing runs: run folders, sweep folders, or both
+                      (`rlvr report multirun/2026-12-01/10-00-00`; `--out DIR`)
 """
 
 
-def check_overrides(args: list[str]) -> str | None:
+def check_overrides(args: list[str], app_keys: tuple[str, ...] = ()) -> str | None:
     """Catch a typo in an override key before Hydra composes anything; None if all keys are known."""
     for arg in args:
         if arg.startswith("-") or "=" not in arg:
             continue  # a Hydra flag (--cfg job, -m, --help) or its value
-        key = arg.split("=", 1)[0].lstrip("+~")
-        if key.startswith("hydra.") or key in GROUPS or key.split("@")[0] in GROUPS:
+        key = override_key(arg)
+        if key.startswith("hydra.") or key in GROUPS or key.split("@")[0] in GROUPS or key in app_keys:
             continue
         message = unknown_key_message(key)
         if message is not None:
@@ -53,20 +58,38 @@ def _hydra_train(raw: DictConfig) -> None:
     print(f"done: outputs in {out}")
 
 
+@hydra.main(version_base=None, config_path=RECIPES, config_name="eval")
+def _hydra_eval(raw: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlvr import eval_cli
+
+    try:
+        out = eval_cli.run(raw, list(HydraConfig.get().overrides.task))
+    except ConfigError as e:
+        print(f"rlvr eval: config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"done: eval.json and samples.jsonl in {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0
     command, rest = args[0], args[1:]
-    if command == "train":
-        problem = check_overrides(rest)
+    if command in ("train", "eval"):
+        problem = check_overrides(rest, APP_KEYS if command == "eval" else ())
         if problem is not None:
-            print(f"rlvr train: config error: {problem}", file=sys.stderr)
+            print(f"rlvr {command}: config error: {problem}", file=sys.stderr)
             return 2
-        sys.argv = ["rlvr train", *rest]  # Hydra reads sys.argv
-        _hydra_train()
+        sys.argv = [f"rlvr {command}", *rest]  # Hydra reads sys.argv
+        (_hydra_train if command == "train" else _hydra_eval)()
         return 0
+    if command == "report":
+        from rlvr import report
+
+        return report.main(rest)
     print(f"rlvr: unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -224,6 +224,14 @@ class LoggerConfig:
 
 
 @dataclass
+class EvalConfig:
+    n: int = MISSING  # sampled answers per held-out prompt for mean@n and pass@k; 0 = greedy only
+    temperature: float = MISSING  # sampling temperature of those answers
+    top_p: float = MISSING  # their nucleus sampling mass; 1.0 = off
+    seed: int = MISSING  # the sampled answers' seeds derive from it and the prompt's place in the set
+
+
+@dataclass
 class Config:
     algo: AlgoConfig = MISSING
     rollout: RolloutConfig = MISSING
@@ -232,6 +240,7 @@ class Config:
     reward: RewardConfig = MISSING
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = MISSING
+    eval: EvalConfig = MISSING
 
 
 _SECTIONS: dict[str, type] = {
@@ -242,6 +251,7 @@ _SECTIONS: dict[str, type] = {
     "reward": RewardConfig,
     "trainer": TrainerConfig,
     "logger": LoggerConfig,
+    "eval": EvalConfig,
 }
 
 
@@ -264,6 +274,14 @@ def unknown_key_message(key: str) -> str | None:
     hint = f" Did you mean '{close[0]}'?" if close else ""
     where = f"'{parent}'" if parent in valid else "the config"
     return f"unknown config key '{key}'.{hint} Valid keys in {where}: {', '.join(sorted(siblings))}"
+
+
+GROUPS = ("recipe", "model", "data", "logger")  # the recipe tree's config groups (recipes/<group>/<choice>.yaml)
+
+
+def override_key(override: str) -> str:
+    """The key of a command-line override: `+trainer.lr=1e-4` -> `trainer.lr`."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def validate(raw: DictConfig | dict[str, Any]) -> Config:
@@ -350,5 +368,9 @@ def check(cfg: Config) -> None:
         raise ConfigError("reward.extract must list at least one answer extractor (or be null: the verifier's own)")
     if cfg.logger.samples_every < 0:
         raise ConfigError(f"logger.samples_every must be >= 0, got {cfg.logger.samples_every}")
+    e = cfg.eval
+    if e.n < 0 or e.seed < 0 or e.temperature <= 0 or not 0 < e.top_p <= 1:
+        raise ConfigError(f"eval.n and eval.seed must be >= 0 (n = 0: greedy only), eval.temperature > 0 and eval.top_p "
+                          f"in (0, 1], got {e.n}, {e.seed}, {e.temperature}, {e.top_p}")  # fmt: skip
     if r.temperature <= 0 or not 0 < r.top_p <= 1:
         raise ConfigError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {r.temperature}, {r.top_p}")

@@ -69,6 +69,17 @@ def engine_index(tensor_parallel_size: int) -> tuple[int, int]:
     return rank() // tensor_parallel_size, world_size() // tensor_parallel_size
 
 
+def check_engines(tensor_parallel_size: int, ranks: int) -> None:
+    """Each engine is tensor_parallel_size consecutive ranks: the world must split into whole engines."""
+    from rlvr.config import ConfigError
+
+    if ranks % tensor_parallel_size:
+        raise ConfigError(
+            f"rollout.tensor_parallel_size ({tensor_parallel_size}) must divide the number of ranks ({ranks}); "
+            "under a world of one, set rollout.tensor_parallel_size=1 or launch with torchrun"
+        )
+
+
 def all_gather_objects(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order (picklable Python objects: completions, rewards, metrics)."""
     if world_size() == 1:

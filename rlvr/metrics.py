@@ -109,6 +109,17 @@ class MetricsLogger:
             self.wandb_run.finish()
 
 
+def split_lengths(prefix: str, lengths: list[int], correct: list[bool]) -> dict[str, float]:
+    """`{prefix}correct_mean` and `{prefix}incorrect_mean`: the mean length of the correct and of the incorrect
+    responses (Dr.GRPO's length bias); a side without responses is absent."""
+    out = {}
+    for side, want in (("correct", True), ("incorrect", False)):
+        chosen = [n for n, c in zip(lengths, correct) if c == want]
+        if chosen:
+            out[f"{prefix}{side}_mean"] = sum(chosen) / len(chosen)
+    return out
+
+
 def _truncate(path: Path, last_step: int) -> None:
     """Keep the rows up to and including `last_step` (a killed run may have logged steps past its checkpoint)."""
     if not path.exists():

@@ -18,7 +18,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from rlvr.config import ConfigError, DataConfig, LongPrompts, PromptFormat
+from rlvr.config import Config, ConfigError, DataConfig, LongPrompts, PromptFormat, VerifierName
 from rlvr.types import Example
 
 
@@ -110,3 +110,21 @@ def prepare(
     longest = max(len(e.prompt_ids) for e in train_set + eval_set)
     max_model_len = min(context, longest + max_new_tokens)
     return train_set, eval_set, max_model_len, {"data/dropped_train_prompts": train_dropped, "data/dropped_eval_prompts": eval_dropped}
+
+
+def load(
+    cfg: Config, model_path: str, *, verbose: bool
+) -> tuple[list[Example], list[Example], VerifierName, int, dict[str, int]]:
+    """The configured task's examples as token ids for `model_path` (prepare): (training set, held-out set, the task's
+    verifier, the engine's max_model_len, the counts dropped). Training and `rlvr eval` start the same way."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rlvr.data import load_task
+
+    train_set, eval_set, task_verifier = load_task(cfg.data)
+    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
+    train_set, eval_set, max_model_len, dropped = prepare(
+        train_set, eval_set, AutoTokenizer.from_pretrained(model_path), context, cfg.data, cfg.rollout.max_new_tokens,
+        verbose=verbose,
+    )
+    return train_set, eval_set, task_verifier, max_model_len, dropped

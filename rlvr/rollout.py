@@ -21,6 +21,7 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 
 from rlvr import distributed  # noqa: E402
+from rlvr.config import Config  # noqa: E402
 from rlvr.types import Completion  # noqa: E402
 
 
@@ -76,6 +77,14 @@ class Engine:
         )
         self.tokenizer = self.llm.get_tokenizer()
         _quiet_vllm_logs()
+
+    @classmethod
+    def from_config(cls, model_path: str, cfg: Config, max_model_len: int) -> Engine:
+        """The engine a run's config asks for (rollout.*, seeded with trainer.seed)."""
+        r = cfg.rollout
+        return cls(model_path, seed=cfg.trainer.seed, max_model_len=max_model_len, dtype=r.dtype,
+                   gpu_memory_utilization=r.gpu_memory_utilization, cpu_kv_cache_gib=r.cpu_kv_cache_gib,
+                   tensor_parallel_size=r.tensor_parallel_size)  # fmt: skip
 
     def generate(
         self,

@@ -15,15 +15,16 @@ WARN_NO_ANSWER_FRAC = 0.9  # this share of completions without a readable answer
 
 
 def records(
-    kind: str, step: int, examples: list[Example], completions: list[Completion], results: list[Result],
+    kind: str, step: int | None, examples: list[Example], completions: list[Completion], results: list[Result],
     rewards: list[float], tokenizer: Any, rewarder: Rewarder,
 ) -> list[dict[str, Any]]:
     """One row per completion: the prompt and completion exactly as the model saw and wrote them (special tokens
-    included), the gold answer, the answer the verifier read, the outcome and the reward."""
+    included), the gold answer, the answer the verifier read, the outcome and the reward. `step` is None for a model
+    evaluated outside a run (rlvr eval model.path=...)."""
     return [
         {
             "step": step,
-            "kind": kind,  # "eval" (greedy, held out) | "train" (sampled)
+            "kind": kind,  # "eval" (greedy, held out) | "eval_sampled" (rlvr eval, eval.n > 0) | "train" (sampled)
             "id": e.id,
             "prompt": tokenizer.decode(list(e.prompt_ids), skip_special_tokens=False),
             "completion": tokenizer.decode(c.token_ids, skip_special_tokens=False),

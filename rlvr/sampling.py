@@ -1,4 +1,4 @@
-"""Steps 1-4 of the loop (draw prompts, sample G answers each, verify, refill), and greedy evaluation.
+"""Steps 1-4 of the loop: draw prompts, sample G answers each, verify, refill.
 
 Under torchrun every engine (one per rank, or per tensor_parallel_size ranks) samples its share of each round's
 prompts and scores it; the shares are then gathered, so every rank holds the same round from there on.
@@ -14,10 +14,10 @@ import torch
 from rlvr import algo, distributed, samples
 from rlvr.config import Config, FilterMetric
 from rlvr.data import PromptStream
+from rlvr.metrics import split_lengths
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
-from rlvr.types import Completion, Example, RolloutBatch
-from rlvr.verifiers import Outcome
+from rlvr.types import Completion, RolloutBatch
 
 
 def collect(
@@ -43,6 +43,7 @@ def collect(
     reward_metrics: list[dict[str, float]] = []
     all_rewards: list[torch.Tensor] = []
     lengths: list[int] = []
+    length_correct: list[bool] = []  # per sampled completion, beside lengths
     truncated = 0
     first_round: list[dict[str, Any]] = []
     for round_ in range(rounds):
@@ -83,6 +84,7 @@ def collect(
         correct_count += int(correct.sum())
         all_rewards.append(rewards)
         lengths += [len(c.token_ids) for c in flat]
+        length_correct += correct.bool().tolist()
         truncated += sum(c.finish_reason == "length" for c in flat)
     kept = kept[:B]
     kept = kept[: len(kept) - len(kept) % distributed.world_size()]  # a short batch still splits evenly over ranks
@@ -94,6 +96,7 @@ def collect(
         "reward/zero_spread_group_frac": zero_spread / drawn,
         "response_length/mean": sum(lengths) / len(lengths),
         "response_length/max": max(lengths),
+        **split_lengths("response_length/", lengths, length_correct),
         "response_length/truncated_frac": truncated / len(lengths),
         "sampling/rounds": len(all_rewards),
         "sampling/kept_group_frac": len(kept) / drawn,
@@ -114,37 +117,6 @@ def collect(
     )
     metrics["batch/tokens"] = int(batch.response_mask.sum())
     return batch, metrics, first_round
-
-
-def evaluate(
-    engine: Engine, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Greedy accuracy on the held-out set, and the first logger.num_samples completions as sample records.
-
-    Each engine decodes a strided share of the set; the counts are summed over engines (records: the first engine's).
-    """
-    tp = cfg.rollout.tensor_parallel_size
-    index, engines = distributed.engine_index(tp)
-    mine = examples[index::engines]
-    completions = engine.greedy([e.prompt_ids for e in mine], max_tokens=cfg.rollout.max_new_tokens, stop=cfg.rollout.stop)
-    results = rewarder.judge([c.text for c in completions], [e.answer for e in mine])
-    counts = [
-        sum(rewarder.is_correct(r) for r in results),
-        sum(r is Outcome.NO_ANSWER for r in results),
-        sum(len(c.token_ids) for c in completions),
-        sum(c.finish_reason == "length" for c in completions),
-    ]
-    correct, no_answer, tokens, truncated = np.sum(distributed.all_gather_objects(counts)[::tp], axis=0).tolist()
-    n = cfg.logger.num_samples
-    rewards = [rewarder.value(r) for r in results[:n]]
-    rows = samples.records("eval", step, mine[:n], completions[:n], results[:n], rewards, engine.tokenizer, rewarder)
-    metrics = {
-        "eval/accuracy": correct / len(examples),
-        "eval/no_answer_frac": no_answer / len(examples),
-        "eval/response_length": tokens / len(examples),
-        "eval/truncated_frac": truncated / len(examples),
-    }
-    return metrics, rows
 
 
 def mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -6,6 +6,7 @@ docs/DESIGN.md, "The loop", steps 1-9.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import signal
@@ -17,19 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 from omegaconf import OmegaConf
-from transformers import AutoConfig, AutoTokenizer
 
 from rlvr import algo, checkpoint, distributed, prompts, samples
 from rlvr.config import Advantage, Config, ConfigError
-from rlvr.data import PromptStream, load_task
+from rlvr.data import PromptStream
+from rlvr.evaluation import evaluate
 from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
 from rlvr.models import resolve_model_path
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
-from rlvr.sampling import collect, evaluate, mean_dicts
+from rlvr.runs import FINAL_STEP_FILE
+from rlvr.sampling import collect, mean_dicts
 
 
 class RunStopped(RuntimeError):
@@ -46,8 +49,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+_runs_started: list[float] = []  # a Hydra sweep runs its jobs one after another in one process
+
+
 def train(cfg: Config) -> Path:
     """Run (or continue) until `cfg.trainer.max_steps` steps; return the output folder."""
+    # the run's clock (time/elapsed_s) starts at its launch: the process's start for the first run in a process
+    # (imports included), the call for a sweep's later jobs
+    launched = time.time() if _runs_started else None
+    _runs_started.append(time.time())
     a, t = cfg.algo, cfg.trainer
     distributed.init()  # torchrun's process group, or a world of one
     check_world(cfg, distributed.world_size())
@@ -58,12 +68,8 @@ def train(cfg: Config) -> Path:
     # point, the reward functions (the verifier workers start here).
     checkpoint.ensure_writable(out)
     model_path = resolve_model_path(cfg.model.path)
-    train_set, eval_set, task_verifier = load_task(cfg.data)
-    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
-    train_set, eval_set, max_model_len, dropped = prompts.prepare(  # the token ids the engine and learner will see
-        train_set, eval_set, AutoTokenizer.from_pretrained(model_path), context, cfg.data, cfg.rollout.max_new_tokens,
-        verbose=distributed.is_main(),
-    )
+    # the token ids the engine and learner will see
+    train_set, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
     resume_from = checkpoint.resolve_resume(t.resume, out)
     if resume_from is None and checkpoint.latest(out) is not None:  # trainer.resume=never over an earlier run
         raise ConfigError(
@@ -93,17 +99,10 @@ def train(cfg: Config) -> Path:
         activation_checkpointing=t.activation_checkpointing,
         cpu_offload=t.cpu_offload,
     )
-    engine = Engine(
-        model_path,
-        seed=t.seed,
-        max_model_len=max_model_len,
-        dtype=cfg.rollout.dtype,
-        gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
-        cpu_kv_cache_gib=cfg.rollout.cpu_kv_cache_gib,
-        tensor_parallel_size=cfg.rollout.tensor_parallel_size,
-    )
+    engine = Engine.from_config(model_path, cfg, max_model_len)
     seed_everything(t.seed)
-    run: dict[str, Any] = {"step": 0, "bad_in_a_row": 0, "wandb_id": None}  # what a checkpoint carries besides weights and RNGs
+    # what a checkpoint carries besides weights and RNGs (elapsed_s, train_s: the clock at that step)
+    run: dict[str, Any] = {"step": 0, "bad_in_a_row": 0, "wandb_id": None, "elapsed_s": 0.0, "train_s": 0.0}
     if resume_from is not None:
         run = restore(resume_from, learner, stream, t.seed)
         engine.load_weights(learner.named_weights())
@@ -118,12 +117,13 @@ def train(cfg: Config) -> Path:
         wandb_id=run["wandb_id"],
     )
     run["wandb_id"] = logger.wandb_id
+    clock = RunClock(launched, run["elapsed_s"], run["train_s"])
     if t.precision.value == "auto":
         logger.note(f"trainer.precision=auto: the learner computes in {learner.precision} on {learner.device.type}")
     evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg)
     if resume_from is None:
         eval_metrics, eval_samples = evaluate_now(0)
-        logger.log({"step": 0, **dropped, **eval_metrics})
+        logger.log({"step": 0, **dropped, **eval_metrics, **clock.row()})
         logger.samples(eval_samples)
         warn_if_unreadable("the step-0 evaluation (greedy)", eval_metrics["eval/no_answer_frac"], eval_samples)
     else:
@@ -153,7 +153,8 @@ def train(cfg: Config) -> Path:
             logger.samples(train_samples)
         t_rollout = time.perf_counter()
         if batch is None:
-            logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start})
+            clock.train_s += t_rollout - t_start
+            logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start, **clock.row()})
             run["step"] = step  # nothing trained; the next checkpoint carries the stream past these prompts
             continue
 
@@ -217,6 +218,7 @@ def train(cfg: Config) -> Path:
                 "perf/tokens_per_s": metrics["perf/generated_tokens"] / step_s,
             }
         )
+        clock.train_s += time.perf_counter() - t_start
         eval_samples = []
         if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
             eval_metrics, eval_samples = evaluate_now(step)
@@ -226,7 +228,7 @@ def train(cfg: Config) -> Path:
         bad = sum(m["bad"] for m in update_metrics)
         metrics["actor/bad_updates"] = bad
         run["bad_in_a_row"] = run["bad_in_a_row"] + 1 if bad else 0
-        logger.log({"step": step, **metrics})
+        logger.log({"step": step, **metrics, **clock.row()})
         logger.samples(eval_samples)
         if run["bad_in_a_row"] >= t.max_bad_steps:
             newest = checkpoint.latest(out)
@@ -239,7 +241,7 @@ def train(cfg: Config) -> Path:
             )
 
         # Checkpoint every save_every steps, at the end, and when a signal asked to stop (every rank agrees on it).
-        run["step"] = step
+        run.update(step=step, elapsed_s=clock.elapsed(), train_s=clock.train_s)
         stopping = distributed.any_true(stop.requested is not None)
         if not bad and (stopping or step == t.max_steps or (t.save_every and step % t.save_every == 0)):
             save_checkpoint(out, run, learner, stream, t.keep_last)
@@ -251,6 +253,8 @@ def train(cfg: Config) -> Path:
             )
 
     learner.save(out / "model")
+    if distributed.is_main():  # which step these weights are from (`rlvr eval run=` compares it with the checkpoints)
+        (out / "model" / FINAL_STEP_FILE).write_text(json.dumps({"step": t.max_steps}) + "\n")
     logger.close()
     rewarder.close()
     stop.restore()
@@ -295,7 +299,26 @@ def restore(folder: Path, learner: Learner, stream: PromptStream, seed: int) -> 
     rng = folder / f"rng_rank{distributed.rank()}.pt"
     if rng.exists():  # absent when resuming on more ranks than wrote it: those keep the seeded RNGs
         checkpoint.set_rng_state(checkpoint.load_state(rng))
-    return {k: state[k] for k in ("step", "bad_in_a_row", "wandb_id")}
+    return {"elapsed_s": 0.0, "train_s": 0.0,  # absent from checkpoints written before the run clock existed
+            **{k: state[k] for k in ("step", "bad_in_a_row", "wandb_id", "elapsed_s", "train_s") if k in state}}
+
+
+class RunClock:
+    """The two clocks every metrics row carries, so curves can be drawn against wall clock:
+    `time/elapsed_s`, seconds since launch (this process's start, imports included; a sweep's later job: its start); `time/train_s`, the loop alone
+    (rollout, update, weight sync and the step's metrics; no start-up, evaluation, logging or checkpoint). A resumed run continues both
+    from its checkpoint's values, so the time between the kill and the resume is not counted."""
+
+    def __init__(self, launched: float | None, elapsed_s: float, train_s: float) -> None:
+        self.launch = psutil.Process().create_time() if launched is None else launched  # seconds since the epoch
+        self.before = elapsed_s
+        self.train_s = train_s
+
+    def elapsed(self) -> float:
+        return self.before + time.time() - self.launch
+
+    def row(self) -> dict[str, float]:
+        return {"time/elapsed_s": round(self.elapsed(), 3), "time/train_s": round(self.train_s, 3)}
 
 
 class StopSignal:
@@ -322,8 +345,7 @@ class StopSignal:
 def check_world(cfg: Config, world_size: int) -> None:
     """Every rank must get whole groups and the same number of rows (FSDP2 collectives run in lock-step)."""
     a, tp = cfg.algo, cfg.rollout.tensor_parallel_size
-    if world_size % tp:
-        raise ConfigError(f"rollout.tensor_parallel_size ({tp}) must divide the number of ranks ({world_size})")
+    distributed.check_engines(tp, world_size)
     if a.prompts_per_step % (world_size // tp) or a.prompts_per_minibatch % world_size:
         raise ConfigError(
             f"with {world_size} ranks, algo.prompts_per_step ({a.prompts_per_step}) must be a multiple of "

@@ -38,3 +38,16 @@ def run_rlvr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Complete
 @pytest.fixture
 def rlvr_cli():
     return run_rlvr
+
+
+SHORT_RUN = ["recipe=dapo", "trainer.max_steps=2", "trainer.eval_every=1", "trainer.save_every=1", "data.eval_size=64",
+             "logger.progress=false"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def short_run(tmp_path_factory) -> Path:
+    """A real 2-step DAPO run (vLLM, evaluations and checkpoints at every step), shared by the tests that read one."""
+    out = tmp_path_factory.mktemp("short_run") / "run"
+    result = run_rlvr("train", *SHORT_RUN, f"trainer.output_dir={out}", cwd=out.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out

@@ -26,9 +26,23 @@ def check_run_folder(out: Path, recipe: str) -> None:
             assert key in r, key
         assert r["actor/updates"] > 1  # several updates per rollout batch: the clip is live
         assert r["rollout/logprob_mismatch"] < 1e-4  # the engine samples from the learner's weights
+        # the correct and incorrect lengths are the two parts of the mean length, weighted by the correct fraction
+        cf, parts = r["reward/correct_frac"], (r.get("response_length/correct_mean"), r.get("response_length/incorrect_mean"))
+        if None not in parts:
+            assert cf * parts[0] + (1 - cf) * parts[1] == pytest.approx(r["response_length/mean"], rel=1e-12)
+    check_clocks(rows)
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["algo"]["ratio"] == ("sequence" if recipe == "gspo" else "token")
     assert (out / "model" / "model.safetensors").exists() and (out / "model" / "tokenizer.json").exists()
+
+
+def check_clocks(rows: list[dict]) -> None:
+    """time/elapsed_s and time/train_s on every row: non-decreasing; the loop's time is within the wall clock and at
+    least the steps' own timings (it adds only the logging)."""
+    elapsed, train = [r["time/elapsed_s"] for r in rows], [r["time/train_s"] for r in rows]
+    assert elapsed == sorted(elapsed) and train == sorted(train) and train[0] == 0.0
+    assert all(t < e for t, e in zip(train, elapsed))
+    assert train[-1] >= sum(r["timing/step_s"] for r in rows[1:]) - 1e-3 * len(rows)  # rows round to 1 ms
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +113,9 @@ def test_sweep_runs_one_folder_per_job(rlvr_cli, tmp_path):
         cfg = yaml.safe_load((sweep / job / "config.yaml").read_text())
         assert cfg["algo"]["aggregation"] == {"grpo": "seq_mean_token_mean", "dapo": "token_mean"}[recipe]
         assert [r["step"] for r in read_metrics(sweep / job)] == [0, 1]
+    # the second job's clock starts at its own launch, after the first job's last write, not at the process's start
+    first, second = (sweep / job / "metrics.jsonl" for job in jobs)
+    assert read_metrics(second.parent)[-1]["time/elapsed_s"] <= second.stat().st_mtime - first.stat().st_mtime + 0.5
 
 
 def test_wandb_offline_run_has_the_metrics(rlvr_cli, tmp_path):
@@ -131,7 +148,7 @@ def test_torchrun_two_ranks_match_one_rank(rlvr_cli, tmp_path):
 
     from transformers import AutoModelForCausalLM
 
-    one_update = ["algo.prompts_per_minibatch=64", "trainer.max_steps=1"]
+    one_update = ["algo.prompts_per_minibatch=64", "trainer.max_steps=1", "eval.n=2"]
     args = ["train", "recipe=grpo", "trainer.torch_threads=1", "reward.workers=1", *FAST, *one_update]
     single = tmp_path / "single"
     result = rlvr_cli(*args, f"trainer.output_dir={single}", cwd=tmp_path)
@@ -144,7 +161,9 @@ def test_torchrun_two_ranks_match_one_rank(rlvr_cli, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     one, two = read_metrics(single), read_metrics(out)
     assert [r["step"] for r in two] == [0, 1] and two[1]["actor/updates"] == one[1]["actor/updates"] == 1
-    assert two[0]["eval/accuracy"] == one[0]["eval/accuracy"]  # the two engines split the eval set, then sum
+    # the two engines split the eval set (greedy and 2 seeded samples per prompt), then gather it back in order
+    evals = [{k: v for k, v in run[0].items() if k.startswith("eval/")} for run in (one, two)]
+    assert evals[0] == evals[1] and "eval/pass@2" in evals[0] and "eval/response_length_p95" in evals[0]
     for key in ("reward/mean", "reward/correct_frac", "response_length/mean", "batch/tokens"):
         assert two[1][key] == one[1][key], key
     # float32 sums over ~4k tokens, reordered by the row split and the all-reduce: relative error ~1e-6 (measured

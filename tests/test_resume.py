@@ -21,7 +21,7 @@ import pytest
 from rlvr import checkpoint
 
 ARGS = ["recipe=dapo", "trainer.max_steps=4", "trainer.eval_every=2", "data.eval_size=64", "logger.progress=false"]
-VOLATILE = ("timing/", "perf/")  # wall-clock values: the only ones allowed to differ
+VOLATILE = ("timing/", "perf/", "time/")  # wall-clock values: the only ones allowed to differ
 
 
 def start(out: Path, *extra: str) -> subprocess.Popen[str]:
@@ -75,6 +75,12 @@ def test_sigkill_after_step_3_then_resume_matches_uninterrupted(uninterrupted, t
     for got, want in zip(resumed, uninterrupted):
         assert stable(got) == stable(want), got["step"]
     assert resumed[3]["data/index"] > resumed[2]["data/index"]  # the stream moved on: no prompt was drawn twice
+    for clock in ("time/elapsed_s", "time/train_s"):  # both clocks continue from the checkpoint's values
+        values = [r[clock] for r in resumed]
+        assert values == sorted(values) and values[3] > values[2], (clock, values)
+    # the loop clock adds step 3's own time to the checkpoint's, once (rows round to 1 ms; the rest is the metrics)
+    added = resumed[3]["time/train_s"] - resumed[2]["time/train_s"]
+    assert resumed[3]["timing/step_s"] - 2e-3 <= added <= resumed[3]["timing/step_s"] + 0.5
 
 
 def test_sigkill_during_a_save_leaves_the_previous_checkpoint(uninterrupted, tmp_path):

@@ -1,0 +1,142 @@
+"""`rlvr eval`: what to evaluate (a run folder, a checkpoint folder, or model.path), the config it is evaluated with,
+and where the results go (eval.json, samples.jsonl). The evaluation itself is rlvr.evaluation's, as in training."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlvr.config import GROUPS, ConfigError, override_key, validate
+from rlvr.runs import final_step
+
+APP_KEYS = ("run", "output_dir")  # recipes/eval.yaml's own keys, beside the training config's
+
+
+@dataclass(frozen=True)
+class Target:
+    """A trained model and the run that made it."""
+
+    model: Path  # a Hugging Face folder
+    run: Path  # the run folder, holding config.yaml
+    step: int | None  # the training step the weights are from
+
+
+def locate(folder: Path) -> Target:
+    """run=<folder>: a checkpoint folder (its model/), or a run folder (its final model/, or its newest complete
+    checkpoint when that is newer: the run was extended, or is still going); ConfigError naming the folder otherwise."""
+    from rlvr import checkpoint  # imports torch: only once a run is asked for
+
+    folder = folder.resolve()
+    if not folder.is_dir():
+        raise ConfigError(f"run={folder}: no such folder")
+    if checkpoint.is_complete(folder):
+        target = Target(folder / "model", folder.parent.parent, json.loads((folder / checkpoint.MARKER).read_text())["step"])
+    elif (folder / "config.yaml").is_file():
+        newest, final = checkpoint.latest(folder), final_step(folder)
+        newest_step = -1 if newest is None else int(json.loads((newest / checkpoint.MARKER).read_text())["step"])
+        if newest is not None and (final is None or newest_step > final):
+            if final is None:
+                print(f"rlvr eval: {folder} has not finished (no model/): evaluating its newest checkpoint, {newest}",
+                      file=sys.stderr)  # fmt: skip
+            return locate(newest)
+        if final is None:
+            raise ConfigError(f"run={folder} has no model yet: neither model/ (written when a run finishes) nor a "
+                              "complete checkpoint (checkpoints/step_*)")  # fmt: skip
+        target = Target(folder / "model", folder, final)
+    else:
+        raise ConfigError(f"run={folder} is neither a run folder (it has no config.yaml) nor a checkpoint folder (no "
+                          f"{checkpoint.MARKER} marker; checkpoints live in <run>/checkpoints/step_*)")  # fmt: skip
+    if not (target.run / "config.yaml").is_file() or not target.model.is_dir():
+        raise ConfigError(f"run={folder}: expected {target.run / 'config.yaml'} and the model folder {target.model}")
+    return target
+
+
+def run_config(target: Target, raw: DictConfig, overrides: list[str]) -> DictConfig:
+    """The run's own config.yaml (its eval settings included, with eval.n from recipes/eval.yaml where the run sampled
+    none), and this command's overrides on top, their values as Hydra parsed them; model.path is the target's model.
+    Config groups (data=gym) cannot be re-chosen over a run's config: they replace whole sections."""
+    keys = [override_key(o) for o in overrides if not override_key(o).startswith(("hydra.", *APP_KEYS))]
+    groups = [o for o in overrides if override_key(o) in GROUPS or override_key(o) == "model.path"]
+    if groups or any(o.startswith("~") for o in overrides):
+        raise ConfigError(
+            f"with run=, the run's own config and model are used, so {', '.join(groups) or 'a key deletion (~)'} cannot "
+            f"be applied; override single keys (data.eval_size=500), or evaluate its model with "
+            f"model.path={target.model} and the groups you want"
+        )
+    merged = OmegaConf.load(target.run / "config.yaml")
+    assert isinstance(merged, DictConfig), f"{target.run / 'config.yaml'} is not a mapping"
+    merged.eval = OmegaConf.merge(raw.eval, merged.get("eval") or {})  # runs from before eval.*: the defaults
+    if merged.eval.n == 0 and "eval.n" not in keys:  # training's default (greedy only): rlvr eval also samples
+        merged.eval.n = raw.eval.n
+    for key in keys:
+        OmegaConf.update(merged, key, OmegaConf.select(raw, key), merge=False)
+    merged.model.path = str(target.model)
+    return merged  # type: ignore[return-value]
+
+
+def run(raw: DictConfig, overrides: list[str]) -> Path:
+    """Evaluate, write eval.json and samples.jsonl into output_dir, print the metrics; return output_dir."""
+    out = Path(raw.output_dir)
+    target = None if raw.run is None else locate(Path(raw.run))
+    training = OmegaConf.masked_copy(raw, [str(k) for k in raw if k not in ("hydra", *APP_KEYS)])
+    cfg = validate(training if target is None else run_config(target, raw, overrides))
+
+    import torch  # heavy imports (torch, vllm) only once the config is valid
+
+    from rlvr import checkpoint, distributed, prompts
+    from rlvr.evaluation import evaluate
+    from rlvr.models import resolve_model_path
+    from rlvr.rewards import Rewarder
+    from rlvr.rollout import Engine
+
+    distributed.init()
+    distributed.check_engines(cfg.rollout.tensor_parallel_size, distributed.world_size())
+    if (out / "metrics.jsonl").exists():
+        raise ConfigError(f"output_dir={out} holds a training run (metrics.jsonl); write the evaluation elsewhere")
+    checkpoint.ensure_writable(out)
+    torch.set_num_threads(cfg.trainer.torch_threads)
+    model_path = resolve_model_path(cfg.model.path)
+    _, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
+    engine = Engine.from_config(model_path, cfg, max_model_len)
+    start = time.perf_counter()
+    metrics, rows = evaluate(engine, eval_set, rewarder, cfg, None if target is None else target.step, every_row=True)
+    seconds = time.perf_counter() - start
+    if distributed.is_main():
+        report = {
+            "model": model_path, "run": None if target is None else str(target.run),
+            "step": None if target is None else target.step, "prompts": len(eval_set), "seconds": round(seconds, 3),
+            "eval": OmegaConf.to_container(OmegaConf.structured(cfg.eval)),
+            "max_new_tokens": cfg.rollout.max_new_tokens, "metrics": metrics, **dropped,
+        }  # fmt: skip
+        write(out, report, rows)
+        print(summary(report))
+    rewarder.close()
+    engine.close()
+    distributed.shutdown()
+    return out
+
+
+def write(out: Path, report: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """eval.json and samples.jsonl; files of an earlier evaluation in the same folder are kept under a timestamp."""
+    for name in ("eval.json", "samples.jsonl"):
+        if (out / name).exists():
+            (out / name).rename(out / f"{Path(name).stem}.{int(time.time())}{Path(name).suffix}")
+    (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    with (out / "samples.jsonl").open("w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def summary(report: dict[str, Any]) -> str:
+    """The metrics as a person reads them, one per line."""
+    e = report["eval"]
+    what = "greedy" + (f" + {e['n']} samples each (temperature {e['temperature']}, top_p {e['top_p']})" if e["n"] else "")
+    lines = [f"rlvr eval: {report['model']}: {report['prompts']} held-out prompts, {what}, {report['seconds']:.1f} s"]
+    lines += [f"  {key:<44} {value:.4f}" for key, value in report["metrics"].items()]
+    return "\n".join(lines)

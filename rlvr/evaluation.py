@@ -1,0 +1,147 @@
+"""Evaluation on held-out prompts: greedy accuracy and, over eval.n sampled answers per prompt, mean@n and unbiased
+pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation and no-answer rates.
+
+Training's evaluations (trainer.eval_every) and `rlvr eval` (rlvr.eval_cli) run this same `evaluate`, so evaluating a
+checkpoint reproduces the eval/accuracy its run logged at that step. Under torchrun each engine takes a strided share
+of the prompts; the per-prompt results are gathered back into the set's order before anything is summarized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlvr import distributed, samples
+from rlvr.config import Config
+from rlvr.metrics import split_lengths
+from rlvr.rewards import Rewarder
+from rlvr.rollout import Engine
+from rlvr.types import Completion, Example
+from rlvr.verifiers import Outcome
+from rlvr.verifiers.pool import Result
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of P(at least one of k answers is correct) from n answers of which c are correct
+    (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i) so that no binomial
+    coefficient is ever formed (they overflow float64 past n ~ 1000)."""
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:  # every k-subset holds a correct answer
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def k_values(n: int) -> list[int]:
+    """The k reported for n answers per prompt: 1, 2, 4, ... up to n, and n itself."""
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks if ks[-1] == n else [*ks, n]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One answer as the summary needs it."""
+
+    correct: bool
+    no_answer: bool
+    tokens: int
+    truncated: bool
+
+
+def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
+    """Mean, median and 95th percentile (linear interpolation) of the answers' lengths in tokens; the mean over correct
+    and over incorrect answers."""
+    tokens = np.array([s.tokens for s in scored], dtype=np.float64)
+    return {prefix: float(tokens.mean()), f"{prefix}_p50": float(np.percentile(tokens, 50)),
+            f"{prefix}_p95": float(np.percentile(tokens, 95)),
+            **split_lengths(f"{prefix}_", [s.tokens for s in scored], [s.correct for s in scored])}  # fmt: skip
+
+
+def rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
+    """The shares of answers without a readable answer and cut off at the token limit."""
+    return {
+        f"{prefix}no_answer_frac": sum(s.no_answer for s in scored) / len(scored),
+        f"{prefix}truncated_frac": sum(s.truncated for s in scored) / len(scored),
+    }
+
+
+def summarize(greedy: list[Scored], sampled: list[list[Scored]]) -> dict[str, float]:
+    """The eval/* metrics of a held-out set: `greedy` has one answer per prompt; `sampled` n per prompt, or is empty."""
+    metrics = {
+        "eval/accuracy": sum(s.correct for s in greedy) / len(greedy),
+        **rates("eval/", greedy),
+        **length_stats("eval/response_length", greedy),
+    }
+    if sampled:
+        n = len(sampled[0])
+        correct = [sum(s.correct for s in answers) for answers in sampled]  # c per prompt
+        metrics[f"eval/mean@{n}"] = sum(correct) / (n * len(sampled))
+        for k in k_values(n):
+            metrics[f"eval/pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct) / len(sampled)
+        flat = [s for answers in sampled for s in answers]
+        metrics.update(rates("eval/sampled_", flat))
+        metrics.update(length_stats("eval/sampled_response_length", flat))
+    return metrics
+
+
+def evaluate(
+    engine: Engine, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int | None, *, every_row: bool = False
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The eval/* metrics of `examples` (summarize), and sample records (rlvr.samples): with `every_row`, one per
+    answer, greedy and sampled, in the set's order; else the first logger.num_samples greedy answers.
+
+    Sampled answers use one seed per prompt, derived from (eval.seed, the prompt's place in the set): the same at
+    every step and on any number of engines, so evaluations differ only by the model.
+    """
+    e, r = cfg.eval, cfg.rollout
+    index, engines = distributed.engine_index(r.tensor_parallel_size)
+    places = list(range(index, len(examples), engines))
+    mine = [examples[i] for i in places]
+    prompts = [x.prompt_ids for x in mine]
+    greedy = engine.greedy(prompts, max_tokens=r.max_new_tokens, stop=r.stop)
+    sampled: list[list[Completion]] = []
+    if e.n:
+        seeds = [int(np.random.SeedSequence([e.seed, i]).generate_state(1)[0]) & 0x7FFFFFFF for i in places]
+        sampled = engine.generate(prompts, n=e.n, max_tokens=r.max_new_tokens, temperature=e.temperature,
+                                  top_p=e.top_p, seeds=seeds, stop=r.stop)  # fmt: skip
+    flat = greedy + [c for answers in sampled for c in answers]
+    results = rewarder.judge([c.text for c in flat], [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)])
+    scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, len(c.token_ids), c.finish_reason == "length")
+              for c, res in zip(flat, results)]  # fmt: skip
+    local = {"places": places, "greedy": scored[: len(mine)],
+             "sampled": [scored[len(mine) + i * e.n : len(mine) + (i + 1) * e.n] for i in range(len(mine))]}  # fmt: skip
+    if every_row:
+        local["rows"] = _records(step, mine, flat, results, e.n, engine, rewarder)
+    shares = distributed.all_gather_objects(local)[:: r.tensor_parallel_size]  # one share per engine
+    order = np.argsort([p for share in shares for p in share["places"]], kind="stable")
+
+    def in_order(key: str) -> list[Any]:
+        joined = [x for share in shares for x in share[key]]
+        return [joined[i] for i in order]
+
+    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [])
+    if every_row:
+        return metrics, [row for rows in in_order("rows") for row in rows]
+    n = cfg.logger.num_samples
+    rows = samples.records("eval", step, mine[:n], greedy[:n], results[:n], [rewarder.value(x) for x in results[:n]],
+                           engine.tokenizer, rewarder)  # fmt: skip
+    return metrics, rows
+
+
+def _records(
+    step: int | None, examples: list[Example], flat: list[Completion], results: list[Result], n: int, engine: Engine,
+    rewarder: Rewarder,
+) -> list[list[dict[str, Any]]]:
+    """Per prompt: its greedy answer's record ("eval") and its n sampled answers' ("eval_sampled", with "sample")."""
+    m = len(examples)
+    out = []
+    for i, example in enumerate(examples):
+        picks = [i] + [m + i * n + j for j in range(n)]
+        rows = samples.records("eval", step, [example] * len(picks), [flat[p] for p in picks], [results[p] for p in picks],
+                               [rewarder.value(results[p]) for p in picks], engine.tokenizer, rewarder)  # fmt: skip
+        for j, row in enumerate(rows[1:]):
+            row.update(kind="eval_sampled", sample=j)
+        out.append(rows)
+    return out
