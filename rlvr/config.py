@@ -47,6 +47,11 @@ class FilterMetric(str, enum.Enum):
     reward = "reward"  # the shaped reward
 
 
+class RoundSize(str, enum.Enum):
+    fixed = "fixed"  # every dynamic-sampling round draws B prompts (DAPO's paper, verl's gen_batch_size = B)
+    adaptive = "adaptive"  # drawn so that one round usually suffices, from the recent informative fraction
+
+
 class LRSchedule(str, enum.Enum):
     constant = "constant"  # lr after warmup
     cosine = "cosine"  # lr * (1 + cos(pi * progress)) / 2 after warmup, reaching 0 at the last update
@@ -123,6 +128,7 @@ class AlgoConfig:
     dynamic_sampling: bool = MISSING
     filter_metric: FilterMetric = MISSING
     max_gen_batches: int = MISSING  # rollout rounds per step before training on what was kept
+    round_size: RoundSize = MISSING  # prompts per dynamic-sampling round: fixed (B) | adaptive
     overlong_shaping: bool = MISSING
     overlong_buffer_frac: float = MISSING  # L_cache as a fraction of rollout.max_new_tokens
     overlong_factor: float = MISSING

@@ -2,43 +2,85 @@
 
 Under torchrun every engine (one per rank, or per tensor_parallel_size ranks) samples its share of each round's
 prompts and scores it; the shares are then gathered, so every rank holds the same round from there on.
+
+Dynamic sampling keeps B informative groups, all sampled by the current policy. With algo.round_size=fixed every
+round draws B prompts, so a step whose informative fraction is p needs about 1/p rounds; with adaptive, a round draws
+enough prompts that its informative groups reach the number still needed with probability ~0.9 at the informative
+fraction of recent steps (RoundSizer), so one engine call usually suffices and a second one is small.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from rlvr import algo, distributed, samples
-from rlvr.config import Config, FilterMetric
+from rlvr.config import Config, FilterMetric, RoundSize
 from rlvr.data import PromptStream
 from rlvr.metrics import split_lengths
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.types import Completion, RolloutBatch
 
+Z_90 = 1.2816  # the standard normal's 90% quantile
+
+
+@dataclass
+class RoundSizer:
+    """How many prompts a dynamic-sampling round draws (algo.round_size). `informative_frac` is the informative
+    fraction of recent steps (an average over steps, halving the weight of each older step; None before the first),
+    part of the checkpoint so that a resumed run sizes its rounds as the uninterrupted one."""
+
+    adaptive: bool
+    informative_frac: float | None = None
+
+    def prompts(self, need: int, prompts_per_step: int, budget: int) -> int:
+        """Prompts for a round that still needs `need` informative groups, at most `budget`. Fixed: B. Adaptive: the
+        least n with n p - z sqrt(n p (1 - p)) >= need at p = the recent informative fraction and z = Z_90, so that
+        Binomial(n, p) >= need with probability ~0.9 (normal approximation); `need` when nothing is known yet."""
+        if need <= 0 or budget <= 0:
+            return 0
+        if not self.adaptive:
+            return min(prompts_per_step, budget)
+        if self.informative_frac is None:
+            return min(need, budget)
+        p = min(max(self.informative_frac, 1e-3), 1.0)
+        s = Z_90 * math.sqrt(p * (1.0 - p))
+        root = (s + math.sqrt(s * s + 4.0 * p * need)) / (2.0 * p)  # sqrt(n) solving p n - s sqrt(n) - need = 0
+        return min(budget, max(need, math.ceil(root * root - 1e-9)))
+
+    def observe(self, informative: int, drawn: int) -> None:
+        """One step's informative groups out of the groups drawn (all its rounds)."""
+        if drawn:
+            frac = informative / drawn
+            self.informative_frac = frac if self.informative_frac is None else 0.5 * (self.informative_frac + frac)
+
 
 def collect(
-    engine: Engine, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int
+    engine: Engine, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int, sizer: RoundSizer | None = None
 ) -> tuple[RolloutBatch | None, dict[str, float], list[dict[str, Any]]]:
     """Roll out until B informative groups are kept (or the round cap): steps 1-4 of the loop.
 
-    Without dynamic sampling this is one round of B prompts, all kept. With it, each round draws B
-    more prompts; groups whose filter metric is identical across all G are dropped; the kept groups
-    are trimmed to exactly B. After `max_gen_batches` rounds the step trains on what was kept, and
-    returns None (a skipped step) if nothing was. Also returns the first round's first logger.num_samples
-    completions as sample records (rlvr.samples).
+    Without dynamic sampling this is one round of B prompts, all kept. With it, each round draws more
+    prompts (`sizer`: B each, or adaptive); groups whose filter metric is identical across all G are dropped;
+    the kept groups are trimmed to exactly B. After `max_gen_batches` rounds (or max_gen_batches x B prompts) the
+    step trains on what was kept, and returns None (a skipped step) if nothing was. Also returns the first round's
+    first logger.num_samples completions as sample records (rlvr.samples).
     """
     a, r = cfg.algo, cfg.rollout
     G, B = a.group_size, a.prompts_per_step
     tp = r.tensor_parallel_size
     index, engines = distributed.engine_index(tp)  # each engine samples its contiguous share of every round
-    mine = slice(index * B // engines, (index + 1) * B // engines)
     rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
+    if sizer is None or not a.dynamic_sampling:
+        sizer = RoundSizer(adaptive=a.dynamic_sampling and a.round_size is RoundSize.adaptive)
+    estimate = sizer.informative_frac  # what this step's rounds are sized from
     kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
-    drawn = generated = zero_spread = 0
+    drawn = generated = zero_spread = informative_count = 0
     correct_count = 0
     reward_metrics: list[dict[str, float]] = []
     all_rewards: list[torch.Tensor] = []
@@ -47,10 +89,12 @@ def collect(
     truncated = 0
     first_round: list[dict[str, Any]] = []
     for round_ in range(rounds):
-        if len(kept) >= B:
+        if len(kept) >= B or drawn >= rounds * B:
             break
-        examples = stream.take(B)  # the same B on every rank: the stream is seeded alike
-        seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(B).tolist()
+        n = sizer.prompts(B - len(kept), B, rounds * B - drawn)
+        mine = slice(index * n // engines, (index + 1) * n // engines)
+        examples = stream.take(n)  # the same n on every rank: the stream is seeded alike
+        seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(n).tolist()
         local = engine.generate(
             [e.prompt_ids for e in examples[mine]],
             n=G,
@@ -60,25 +104,28 @@ def collect(
             seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
             stop=r.stop,
         )
-        local_rewards = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)])
+        local_rewards = rewarder.score(
+            [c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)]
+        )
         # every rank gets every engine's groups, in prompt order: from here on all ranks hold the same round
         shares = distributed.all_gather_objects((local, *local_rewards))[::tp]
         groups = [g for part in shares for g in part[0]]
-        rewards = torch.cat([part[1] for part in shares])  # [B*G]
-        correct = torch.cat([part[2] for part in shares])  # [B*G]
+        rewards = torch.cat([part[1] for part in shares])  # [n*G]
+        correct = torch.cat([part[2] for part in shares])  # [n*G]
         reward_metrics += [part[3] for part in shares]
-        results = [res for part in shares for res in part[4]]  # [B*G]
+        results = [res for part in shares for res in part[4]]  # [n*G]
         flat = [c for g in groups for c in g]
         if round_ == 0:
-            n = cfg.logger.num_samples
-            shown = [ex for ex in examples for _ in range(G)][:n]
-            first_round = samples.records("train", step, shown, flat[:n], results[:n], rewards[:n].tolist(),
+            k = cfg.logger.num_samples
+            shown = [ex for ex in examples for _ in range(G)][:k]
+            first_round = samples.records("train", step, shown, flat[:k], results[:k], rewards[:k].tolist(),
                                           engine.tokenizer, rewarder)  # fmt: skip
         metric = correct if a.filter_metric is FilterMetric.correctness else rewards
-        informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(B, dtype=torch.bool)
+        informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(n, dtype=torch.bool)
         for i in torch.nonzero(informative)[:, 0].tolist():
             kept.append((groups[i], rewards[i * G : (i + 1) * G], correct[i * G : (i + 1) * G]))
-        drawn += B
+        drawn += n
+        informative_count += int(informative.sum())
         generated += sum(len(c.token_ids) for c in flat)
         zero_spread += int((~algo.informative_groups(rewards, G)).sum())
         correct_count += int(correct.sum())
@@ -86,6 +133,7 @@ def collect(
         lengths += [len(c.token_ids) for c in flat]
         length_correct += correct.bool().tolist()
         truncated += sum(c.finish_reason == "length" for c in flat)
+    sizer.observe(informative_count, drawn)
     kept = kept[:B]
     kept = kept[: len(kept) - len(kept) % distributed.world_size()]  # a short batch still splits evenly over ranks
     sampled_rewards = torch.cat(all_rewards)  # [drawn*G]
@@ -99,10 +147,14 @@ def collect(
         **split_lengths("response_length/", lengths, length_correct),
         "response_length/truncated_frac": truncated / len(lengths),
         "sampling/rounds": len(all_rewards),
+        "sampling/generated_groups": drawn,
+        "sampling/informative_groups": informative_count,
         "sampling/kept_group_frac": len(kept) / drawn,
         "sampling/kept_groups": len(kept),
         "perf/generated_tokens": generated,
     }
+    if sizer.adaptive and estimate is not None:
+        metrics["sampling/informative_frac_estimate"] = estimate
     for key in ("verifier/timeouts", "verifier/errors"):  # counts over all rounds, not means
         metrics[key] = sum(m[key] for m in reward_metrics)
     if not kept:

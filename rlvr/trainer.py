@@ -23,7 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlvr import algo, checkpoint, distributed, prompts, samples
-from rlvr.config import Advantage, Config, ConfigError
+from rlvr.config import Advantage, Config, ConfigError, RoundSize
 from rlvr.data import PromptStream
 from rlvr.evaluation import evaluate
 from rlvr.learner import Learner
@@ -32,7 +32,7 @@ from rlvr.models import resolve_model_path
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.runs import FINAL_STEP_FILE
-from rlvr.sampling import collect, mean_dicts
+from rlvr.sampling import RoundSizer, collect, mean_dicts
 
 
 class RunStopped(RuntimeError):
@@ -101,8 +101,10 @@ def train(cfg: Config) -> Path:
     )
     engine = Engine.from_config(model_path, cfg, max_model_len)
     seed_everything(t.seed)
-    # what a checkpoint carries besides weights and RNGs (elapsed_s, train_s: the clock at that step)
-    run: dict[str, Any] = {"step": 0, "bad_in_a_row": 0, "wandb_id": None, "elapsed_s": 0.0, "train_s": 0.0}
+    # what a checkpoint carries besides weights and RNGs (elapsed_s, train_s: the clock at that step; informative_frac:
+    # what dynamic sampling's next round is sized from)
+    run: dict[str, Any] = {"step": 0, "bad_in_a_row": 0, "wandb_id": None, "elapsed_s": 0.0, "train_s": 0.0,
+                           "informative_frac": None}  # fmt: skip
     if resume_from is not None:
         run = restore(resume_from, learner, stream, t.seed)
         engine.load_weights(learner.named_weights())
@@ -118,6 +120,7 @@ def train(cfg: Config) -> Path:
     )
     run["wandb_id"] = logger.wandb_id
     clock = RunClock(launched, run["elapsed_s"], run["train_s"])
+    sizer = RoundSizer(a.dynamic_sampling and a.round_size is RoundSize.adaptive, run["informative_frac"])
     if t.precision.value == "auto":
         logger.note(f"trainer.precision=auto: the learner computes in {learner.precision} on {learner.device.type}")
     evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg)
@@ -145,7 +148,8 @@ def train(cfg: Config) -> Path:
     for step in range(run["step"] + 1, t.max_steps + 1):
         t_start = time.perf_counter()
         # 1-4. Draw prompts, sample G answers each, verify, and (DAPO) refill until B groups are informative.
-        batch, metrics, train_samples = collect(engine, stream, rewarder, cfg, step)
+        batch, metrics, train_samples = collect(engine, stream, rewarder, cfg, step, sizer)
+        run["informative_frac"] = sizer.informative_frac
         metrics.update({"data/epoch": stream.epoch, "data/index": stream.index})  # the stream's position after drawing
         if step == 1:
             warn_if_unreadable("step 1 (sampled)", metrics["reward/no_answer_frac"], train_samples)
@@ -299,8 +303,9 @@ def restore(folder: Path, learner: Learner, stream: PromptStream, seed: int) -> 
     rng = folder / f"rng_rank{distributed.rank()}.pt"
     if rng.exists():  # absent when resuming on more ranks than wrote it: those keep the seeded RNGs
         checkpoint.set_rng_state(checkpoint.load_state(rng))
-    return {"elapsed_s": 0.0, "train_s": 0.0,  # absent from checkpoints written before the run clock existed
-            **{k: state[k] for k in ("step", "bad_in_a_row", "wandb_id", "elapsed_s", "train_s") if k in state}}
+    keys = ("step", "bad_in_a_row", "wandb_id", "elapsed_s", "train_s", "informative_frac")
+    return {"elapsed_s": 0.0, "train_s": 0.0, "informative_frac": None,  # absent from older checkpoints
+            **{k: state[k] for k in keys if k in state}}
 
 
 class RunClock:

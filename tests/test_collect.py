@@ -6,13 +6,15 @@ trimming, the cap, the skip), not about sampling; the real engine is tested in t
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest import compose_config
 
 from rlvr.config import validate
 from rlvr.data import PromptStream
 from rlvr.rewards import Rewarder
-from rlvr.sampling import collect
+from rlvr.sampling import Z_90, RoundSizer, collect
 from rlvr.types import Completion, Example
 from rlvr.verifiers import Outcome
 
@@ -62,10 +64,10 @@ def run_collect(stream, engine, cfg):
     return collect(engine, stream, rewarder, cfg, step=1)
 
 
-def make_cfg(dynamic: bool, max_gen_batches: int = 3):
+def make_cfg(dynamic: bool, max_gen_batches: int = 3, round_size: str = "fixed"):
     return validate(compose_config(
         "recipe=dapo", f"algo.group_size={G}", f"algo.prompts_per_step={B}", "algo.prompts_per_minibatch=1",
-        f"algo.dynamic_sampling={dynamic}", f"algo.max_gen_batches={max_gen_batches}",
+        f"algo.dynamic_sampling={dynamic}", f"algo.max_gen_batches={max_gen_batches}", f"algo.round_size={round_size}",
         "algo.overlong_shaping=false", "reward.fn=test_collect:scripted_verify", "reward.workers=0",
     ))
 
@@ -127,3 +129,63 @@ def test_first_round_samples_are_recorded():
     assert rows[0]["prompt"] == "0" and rows[0]["completion"] == "7 7 1" and rows[0]["kind"] == "train"
     assert rows[0]["extracted"] is None  # a user function does not say which answer it read
     assert m["reward/no_answer_frac"] == pytest.approx(1 / 12)
+
+
+def binomial_tail(n: int, p: float, k: int) -> float:
+    """P(Binomial(n, p) >= k) in float64 (each term through log-gamma, so that large n does not overflow)."""
+    log = lambda i: math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)  # noqa: E731
+    return sum(math.exp(log(i)) for i in range(k, n + 1))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.7, 0.9])
+@pytest.mark.parametrize("need", [4, 64, 256])
+def test_adaptive_round_is_the_least_n_that_reaches_the_need_with_z90_margin(p, need):
+    sizer = RoundSizer(adaptive=True, informative_frac=p)
+    n = sizer.prompts(need, prompts_per_step=64, budget=10**6)
+    margin = lambda m: m * p - Z_90 * math.sqrt(m * p * (1 - p)) - need  # noqa: E731
+    assert margin(n) >= 0 > margin(n - 1)  # the least such n
+    # the normal approximation is what it claims: one round reaches the need with probability ~0.9 (exact binomial)
+    assert 0.84 <= binomial_tail(n, p, need) <= 0.99
+
+
+def test_round_sizes_fixed_first_step_and_budget():
+    assert RoundSizer(adaptive=False, informative_frac=0.2).prompts(10, prompts_per_step=64, budget=200) == 64
+    assert RoundSizer(adaptive=False).prompts(10, prompts_per_step=64, budget=30) == 30
+    assert RoundSizer(adaptive=True).prompts(64, prompts_per_step=64, budget=192) == 64  # nothing known yet: need
+    assert RoundSizer(adaptive=True, informative_frac=1.0).prompts(64, prompts_per_step=64, budget=192) == 64
+    assert RoundSizer(adaptive=True, informative_frac=0.01).prompts(64, prompts_per_step=64, budget=192) == 192
+
+
+def test_informative_fraction_halves_the_weight_of_older_steps():
+    sizer = RoundSizer(adaptive=True)
+    sizer.observe(informative=3, drawn=4)
+    assert sizer.informative_frac == 0.75  # the first step as it is
+    sizer.observe(informative=1, drawn=4)
+    assert sizer.informative_frac == 0.5 * (0.75 + 0.25)
+
+
+def test_adaptive_round_draws_for_the_expected_yield_in_one_call():
+    # half the groups informative -> the least n with n/2 - z sqrt(n)/2 >= 3 is 11, capped by the budget 3 x B = 9
+    kinds = [MIXED, ALL_OK] * 4 + [MIXED] + [ALL_BAD] * 9
+    stream, engine = stream_of(kinds)
+    cfg = make_cfg(dynamic=True, round_size="adaptive")
+    sizer = RoundSizer(adaptive=True, informative_frac=0.5)
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=None)
+    batch, m, _ = collect(engine, stream, rewarder, cfg, step=1, sizer=sizer)
+    assert engine.calls == 1 and m["sampling/rounds"] == 1 and m["sampling/generated_groups"] == 9
+    assert m["sampling/informative_groups"] == 5 and m["sampling/kept_groups"] == B
+    assert m["sampling/informative_frac_estimate"] == 0.5  # what the round was sized from
+    assert batch is not None and batch.correct.tolist() == [1.0, 0.0, 0.0, 1.0] * B
+    assert sizer.informative_frac == 0.5 * (0.5 + 5 / 9)
+
+
+def test_adaptive_second_round_draws_for_what_is_still_needed():
+    # sized from 0.9: round 1 draws the least n with 0.9 n - z sqrt(0.09 n) >= 3 (n = 5) and finds 1 informative group;
+    # round 2 needs 2 more: n = 3 (0.9 * 3 - 1.28 * 0.52 = 2.03 >= 2); both within the budget of 9
+    kinds = [MIXED] + [ALL_OK] * 4 + [MIXED, MIXED, ALL_OK] + [ALL_BAD] * 4
+    stream, engine = stream_of(kinds)
+    cfg = make_cfg(dynamic=True, round_size="adaptive")
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=None)
+    batch, m, _ = collect(engine, stream, rewarder, cfg, step=1, sizer=RoundSizer(adaptive=True, informative_frac=0.9))
+    assert engine.calls == 2 and m["sampling/generated_groups"] == 5 + 3
+    assert batch is not None and batch.num_rows == B * G
