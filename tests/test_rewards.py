@@ -60,3 +60,20 @@ def test_cli_bad_reward_path_fails_before_model_load(rlvr_cli, tmp_path):
     assert result.returncode == 2
     assert "reward.fn" in result.stderr and "no_such_module" in result.stderr
     assert "Loading" not in result.stderr  # no model or engine was started
+
+
+def test_arithmetic_verifier_runs_in_process_and_the_others_in_workers():
+    # bounded by construction (a length-capped regex and int()): no worker processes, whatever reward.workers says;
+    # the math verifier and user functions keep the pool (their timeouts need a process to kill)
+    cfg = make_cfg("reward.workers=2")
+    cases = [(VerifierName.arithmetic, None, 0), (VerifierName.math, None, 2), (VerifierName.arithmetic, "user_rewards:exact", 2)]
+    for verifier, fn, workers in cases:
+        cfg.reward.fn = fn
+        rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=verifier)
+        try:
+            assert len(rewarder.primary._workers) == workers  # launched (not yet waited for) at construction
+            texts = ["7", "-12", "x"] if verifier is VerifierName.arithmetic else [r"\boxed{7}", r"\boxed{-12}", "x"]
+            results = rewarder.judge(texts, ["7", "12", "7"])
+            assert [rewarder.is_correct(r) for r in results] == [True, False, False]
+        finally:
+            rewarder.close()

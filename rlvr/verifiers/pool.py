@@ -138,10 +138,13 @@ class VerifierPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self) -> None:
-        """Start the workers and wait until each has loaded `fn` (idempotent)."""
+    def start(self, wait: bool = True) -> None:
+        """Start the workers and wait until each has loaded `fn` (idempotent). wait=False returns once they are
+        launched, so that they import `fn` while the caller goes on (loading models); `score` waits for them."""
         while len(self._workers) < self._n_workers:
             self._workers.append(self._spawn())
+        if not wait:
+            return
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             while not all(w.ready for w in self._workers):
