@@ -38,6 +38,8 @@ from rlvr.types import RolloutBatch
 
 # Logits are computed this many bytes at a time (fp32 [tokens, vocab]): 341 tokens of a 49k vocabulary, 110 of 152k.
 LOGITS_CHUNK_BYTES = 64 * 2**20
+# devices with torch's fused AdamW kernel (torch.utils._foreach_utils._get_fused_kernels_supported_devices, less the rare ones)
+FUSED_OPTIMIZER_DEVICES = ("cpu", "cuda", "xpu", "mps")
 
 
 class _TokenLogprobs(torch.autograd.Function):
@@ -329,7 +331,10 @@ class Learner:
         self.model = self._build(dtype, activation_checkpointing)
         self.model.train()
         self.reference = self._build(dtype, False).eval().requires_grad_(False) if with_reference else None
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        # fused: one kernel over all parameters instead of a Python loop of per-tensor ops (CPU and CUDA since torch 2.4;
+        # DTensor shards included): 42 -> 35 ms per update of the built-in model on 2 CPU cores
+        fused = self.device.type in FUSED_OPTIMIZER_DEVICES
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, partial(lr_factor, warmup=warmup_steps, total=total_updates, schedule=lr_schedule)
         )
