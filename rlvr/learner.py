@@ -332,7 +332,7 @@ class Learner:
         self.model.train()
         self.reference = self._build(dtype, False).eval().requires_grad_(False) if with_reference else None
         # fused: one kernel over all parameters instead of a Python loop of per-tensor ops (CPU and CUDA since torch 2.4;
-        # DTensor shards included): 42 -> 35 ms per update of the built-in model on 2 CPU cores
+        # DTensor shards included): the built-in model's AdamW step takes 0.6 instead of 2.7 ms on 2 CPU cores
         fused = self.device.type in FUSED_OPTIMIZER_DEVICES
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
