@@ -8,6 +8,9 @@ are selected out, never trusted, but should be finite so that gradients stay fin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -184,7 +187,7 @@ def metric_units(mask: Tensor, ratio: str) -> Tensor:
     return mask.bool() if ratio == "token" else mask.bool().any(dim=-1)
 
 
-def policy_loss(
+def policy_loss_terms(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
@@ -205,7 +208,7 @@ def policy_loss(
     num_sequences: float | Tensor | None = None,
     num_tokens: float | Tensor | None = None,
     loss_scale: float = 1.0,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate (PPO/GRPO; DAPO's clip-higher: clip_high > clip_low) to minimise, per token:
 
     l = -min(r*A, clip(r, 1 - clip_low, 1 + clip_high)*A)  [+ kl_coef * KL_estimator(pi_theta || pi_ref)]
@@ -218,8 +221,10 @@ def policy_loss(
     FSDP/DDP average gradients over ranks while the global normalizer already divides by the global count.
 
     logprobs, old_logprobs, ref_logprobs, mask: [N, T]; advantages: [N]. Returns (loss [], metrics) where the
-    metrics (floats) cover this call's counted tokens, or its non-empty sequences for sequence ratios;
-    pg_loss is the loss without KL and without loss_scale, so it sums over micro-batches and ranks.
+    metrics (float64 tensors [], on the inputs' device: reading them is left to the caller, so that a learner syncs
+    with the device once per update, not once per metric) cover this call's counted tokens, or its non-empty
+    sequences for sequence ratios; pg_loss is the loss without KL and without loss_scale, so it sums over
+    micro-batches and ranks. `policy_loss` is the same with the metrics as floats.
     """
     if clip_ratio_c is not None and clip_ratio_c <= 1:
         raise ValueError(f"clip_ratio_c must be > 1 for the dual clip; got {clip_ratio_c}")
@@ -259,22 +264,34 @@ def policy_loss(
             "clip_frac_low": _frac(low),
             "clip_frac_high": _frac(high),
             "clip_frac": _frac(low | high),
-            "ratio_mean": r_u.mean().item() if r_u.numel() else 1.0,
-            "ratio_min": r_u.min().item() if r_u.numel() else 1.0,
-            "ratio_max": r_u.max().item() if r_u.numel() else 1.0,
-            "pg_loss": agg(pg).item(),
+            "ratio_mean": _stat(r_u, torch.mean, 1.0),
+            "ratio_min": _stat(r_u, torch.min, 1.0),
+            "ratio_max": _stat(r_u, torch.max, 1.0),
+            "pg_loss": agg(pg).to(torch.float64),
         }
         if clip_ratio_c is not None:
             pg_u = torch.maximum(-a_u * r_u, -a_u * r_u.clamp(1 - clip_low, 1 + clip_high))  # [U]
             metrics["dual_clip_frac"] = _frac((a_u < 0) & (pg_u > -a_u * clip_ratio_c))
         if kl_coef > 0:
-            metrics["kl"] = masked_mean(kl, mask).item()
+            metrics["kl"] = masked_mean(kl, mask).to(torch.float64)
         if to_engine is not None:
             raw = to_engine[mask.bool()]  # [M] untruncated
-            metrics["rollout_ratio_mean"] = raw.mean().item() if raw.numel() else 1.0
-            metrics["rollout_ratio_max"] = raw.max().item() if raw.numel() else 1.0
+            metrics["rollout_ratio_mean"] = _stat(raw, torch.mean, 1.0)
+            metrics["rollout_ratio_max"] = _stat(raw, torch.max, 1.0)
             metrics["rollout_capped_frac"] = _frac(raw > rollout_correction_cap)
     return loss, metrics
+
+
+def policy_loss(*args: Any, **kwargs: Any) -> tuple[Tensor, dict[str, float]]:
+    """`policy_loss_terms` (same arguments) with its metrics read as floats, all at once."""
+    loss, metrics = policy_loss_terms(*args, **kwargs)
+    return loss, as_floats(metrics)
+
+
+def as_floats(metrics: dict[str, Tensor]) -> dict[str, float]:
+    """0-d tensors -> floats with one device-to-host copy."""
+    values = torch.stack([v.to(torch.float64) for v in metrics.values()]).tolist() if metrics else []
+    return dict(zip(metrics, values))
 
 
 # How policy_loss's metrics of several micro-batches (and ranks) combine into the mini-batch's: "sum" as they are,
@@ -290,6 +307,11 @@ METRIC_REDUCTIONS = {
 }  # every other metric: "units"
 
 
-def _frac(flags: Tensor) -> float:
-    """Fraction of True in flags [U]; 0.0 when empty."""
-    return flags.double().mean().item() if flags.numel() else 0.0
+def _frac(flags: Tensor) -> Tensor:
+    """Fraction of True in flags [U] (float64 []); 0 when empty."""
+    return flags.double().mean() if flags.numel() else flags.new_zeros((), dtype=torch.float64)
+
+
+def _stat(x: Tensor, reduce: Callable[[Tensor], Tensor], empty: float) -> Tensor:
+    """reduce(x) in x's dtype, as float64 []; `empty` when x has no elements."""
+    return reduce(x).to(torch.float64) if x.numel() else x.new_full((), empty, dtype=torch.float64)

@@ -437,21 +437,24 @@ class Learner:
         """
         num_tokens = mask.sum()  # [] the same on every rank: each holds the whole mini-batch
         num_sequences = batch.num_rows
-        num_units = int(algo.metric_units(mask, loss_kwargs["ratio"]).sum())  # what the clip statistics average over
+        num_units = algo.metric_units(mask, loss_kwargs["ratio"]).sum()  # [] what the clip statistics average over
         rows = self._my_rows(batch.num_rows)
         batch, advantages, mask = batch.select(rows).to(self.device), advantages[rows].to(self.device), mask[rows].to(self.device)
         old_logprobs = None if old_logprobs is None else old_logprobs[rows].to(self.device)
         ref_logprobs = None if ref_logprobs is None else ref_logprobs[rows].to(self.device)
-        sums: dict[str, float] = {}  # metrics reduced by "sum", "tokens" or "units" (algo.METRIC_REDUCTIONS)
-        extremes: dict[str, float] = {}  # "max" metrics, and "min" ones negated
-        entropy_sum = 0.0
+        num_tokens, num_units = num_tokens.to(self.device), num_units.to(self.device)
+        # The metrics stay on the device until the update is done: one host synchronization reads them all (and one more
+        # decides whether the gradient norm is finite), instead of one per metric per micro-batch.
+        sums: dict[str, torch.Tensor] = {}  # metrics reduced by "sum", "tokens" or "units" (algo.METRIC_REDUCTIONS)
+        extremes: dict[str, torch.Tensor] = {}  # "max" metrics, and "min" ones negated
+        entropy_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         plan = self._micro_batches(batch)
         for j, micro in enumerate(plan):  # micro: row indices [m]
             if isinstance(self.model, FSDPModule):
                 self.model.set_requires_gradient_sync(j == len(plan) - 1)  # reduce-scatter once, after the last micro-batch
             part = batch.select(micro)
             logp, entropy = self._response_logprobs(self.model, part, True)  # [m, T]
-            loss, metrics = algo.policy_loss(
+            loss, metrics = algo.policy_loss_terms(
                 logp,
                 logp.detach() if old_logprobs is None else old_logprobs[micro],
                 advantages[micro],
@@ -459,26 +462,26 @@ class Learner:
                 ref_logprobs=None if ref_logprobs is None else ref_logprobs[micro],
                 engine_logprobs=part.engine_logprobs,
                 num_sequences=num_sequences,
-                num_tokens=num_tokens.to(self.device),
+                num_tokens=num_tokens,
                 loss_scale=self.world_size,
                 **loss_kwargs,
             )
             loss.backward()
             # metrics are means over this micro-batch's tokens or units: weight each by its share of the mini-batch's
             share = {
-                "sum": 1.0,
-                "tokens": mask[micro].sum().item() / max(num_tokens.item(), 1.0),
-                "units": algo.metric_units(mask[micro], loss_kwargs["ratio"]).sum().item() / max(num_units, 1),
+                "tokens": mask[micro].sum().double() / num_tokens.clamp(min=1),
+                "units": algo.metric_units(mask[micro], loss_kwargs["ratio"]).sum().double() / num_units.clamp(min=1),
             }
             for k, v in metrics.items():
                 how = algo.METRIC_REDUCTIONS.get(k, "units")
-                if how in share:
-                    sums[k] = sums.get(k, 0.0) + v * share[how]
+                if how in ("sum", "tokens", "units"):
+                    term = v if how == "sum" else v * share[how]
+                    sums[k] = sums[k] + term if k in sums else term
                 else:
                     v = v if how == "max" else -v
-                    extremes[k] = max(extremes.get(k, -math.inf), v)
+                    extremes[k] = torch.maximum(extremes[k], v) if k in extremes else v
             assert entropy is not None
-            entropy_sum += (entropy * mask[micro]).sum().item()
+            entropy_sum += (entropy * mask[micro]).sum()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
@@ -490,15 +493,15 @@ class Learner:
             self.scheduler.step()  # the schedule counts update slots, skipped or not
         self.optimizer.zero_grad(set_to_none=True)
         # every rank's sums cover its rows, weighted by global counts: the global value is their sum
-        keys = sorted(sums)
-        totals = distributed.all_reduce_sum(torch.tensor([sums[k] for k in keys] + [entropy_sum], dtype=torch.float64))
-        out = dict(zip(keys, totals[:-1].tolist()))
-        if extremes:
-            names = sorted(extremes)
-            peaks = distributed.all_reduce_max(torch.tensor([extremes[k] for k in names], dtype=torch.float64)).tolist()
-            out.update({k: v if algo.METRIC_REDUCTIONS[k] == "max" else -v for k, v in zip(names, peaks)})
-        out["entropy"] = totals[-1].item() / max(num_tokens.item(), 1.0)
-        out["grad_norm"] = grad_norm.item()
+        keys, names = sorted(sums), sorted(extremes)
+        totals = distributed.all_reduce_sum(torch.stack([sums[k] for k in keys] + [entropy_sum]))
+        peaks = distributed.all_reduce_max(torch.stack([extremes[k] for k in names])) if names else totals[:0]
+        tokens = num_tokens.double().clamp(min=1).reshape(1)
+        values = torch.cat([totals, peaks, tokens, grad_norm.double().reshape(1).to(totals.device)]).tolist()  # the one read
+        out = dict(zip(keys, values[: len(keys)]))
+        out.update({k: v if algo.METRIC_REDUCTIONS[k] == "max" else -v for k, v in zip(names, values[len(keys) + 1 :])})
+        out["entropy"] = values[len(keys)] / values[-2]
+        out["grad_norm"] = values[-1]
         out["lr"] = float(self.scheduler.get_last_lr()[0])
         out["bad"] = float(bad)
         return out
