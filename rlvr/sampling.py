@@ -92,6 +92,7 @@ def collect(
         if len(kept) >= B or drawn >= rounds * B:
             break
         n = sizer.prompts(B - len(kept), B, rounds * B - drawn)
+        n = min(-(-n // engines) * engines, rounds * B - drawn)  # whole shares: every engine samples n / engines prompts
         mine = slice(index * n // engines, (index + 1) * n // engines)
         examples = stream.take(n)  # the same n on every rank: the stream is seeded alike
         seeds = np.random.SeedSequence([cfg.trainer.seed, step, round_]).generate_state(n).tolist()
@@ -115,6 +116,7 @@ def collect(
         reward_metrics += [part[3] for part in shares]
         results = [res for part in shares for res in part[4]]  # [n*G]
         flat = [c for g in groups for c in g]
+        stream.record(examples, correct.view(n, G).bool().all(1).tolist())  # data.skip_solved's visit counts
         if round_ == 0:
             k = cfg.logger.num_samples
             shown = [ex for ex in examples for _ in range(G)][:k]
