@@ -164,6 +164,7 @@ class DataConfig:
     prompt_key: str = MISSING  # task=file: the field holding the prompt text
     answer_key: str = MISSING  # task=file: the field holding the ground-truth answer
     eval_size: int = MISSING
+    skip_solved: int = MISSING  # skip a training prompt once its group was all correct on N visits in a row; 0 = off
     max_prompt_tokens: int = MISSING  # the prompt budget; 0 = no limit beyond the model's context
     long_prompts: LongPrompts = MISSING
     format: PromptFormat = MISSING  # how prompts become token ids (rlvr.prompts)
@@ -331,6 +332,8 @@ def check(cfg: Config) -> None:
         "data.eval_size": cfg.data.eval_size,
         "logger.num_samples": cfg.logger.num_samples,
     }
+    if cfg.data.skip_solved < 0:
+        raise ConfigError(f"data.skip_solved must be >= 0 (0 = off), got {cfg.data.skip_solved}")
     if cfg.reward.workers < 0 or cfg.reward.timeout_s <= 0:
         raise ConfigError(f"reward.workers must be >= 0 and reward.timeout_s > 0, got {cfg.reward.workers}, {cfg.reward.timeout_s}")
     for key, value in positive.items():

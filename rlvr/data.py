@@ -241,15 +241,23 @@ def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split:
 
 
 class PromptStream:
-    """Endless seeded shuffle of `examples`, one permutation per epoch."""
+    """Endless seeded shuffle of `examples`, one permutation per epoch.
 
-    def __init__(self, examples: list[Example], seed: int) -> None:
+    With skip_solved = N > 0, `record` counts each prompt's visits in a row whose samples were all correct, and `take`
+    passes over a prompt with N of them (`skipped` counts those passes) unless it has already passed over a whole
+    epoch's worth in this call (then every prompt is mastered, and it draws them anyway)."""
+
+    def __init__(self, examples: list[Example], seed: int, skip_solved: int = 0) -> None:
         if not examples:
             raise ValueError("the training set is empty")
         self.examples = examples
         self.seed = seed
+        self.skip_solved = skip_solved
         self.epoch = 0
         self.index = 0
+        self.skipped = 0
+        self.solved_streak: dict[int, int] = {}  # example index -> visits in a row with every sample correct (> 0 only)
+        self._where = {id(e): i for i, e in enumerate(examples)}
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> list[int]:
@@ -258,18 +266,38 @@ class PromptStream:
         return order
 
     def take(self, n: int) -> list[Example]:
-        out = []
-        for _ in range(n):
+        out: list[Example] = []
+        passed = 0
+        while len(out) < n:
             if self.index == len(self._order):
                 self.epoch, self.index = self.epoch + 1, 0
                 self._order = self._permutation(self.epoch)
-            out.append(self.examples[self._order[self.index]])
+            i = self._order[self.index]
             self.index += 1
+            if self.skip_solved and self.solved_streak.get(i, 0) >= self.skip_solved and passed < len(self.examples):
+                passed += 1
+                self.skipped += 1
+                continue
+            out.append(self.examples[i])
         return out
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "index": self.index}
+    def record(self, examples: list[Example], all_correct: list[bool]) -> None:
+        """Outcomes of drawn examples' groups (data.skip_solved); nothing is kept when it is off."""
+        if not self.skip_solved:
+            return
+        for example, solved in zip(examples, all_correct, strict=True):
+            i = self._where[id(example)]
+            if solved:
+                self.solved_streak[i] = self.solved_streak.get(i, 0) + 1
+            else:
+                self.solved_streak.pop(i, None)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index, "skipped": self.skipped,
+                "solved_streak": sorted(self.solved_streak.items())}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.index = state["epoch"], state["index"]
+        self.skipped = state.get("skipped", 0)  # absent from checkpoints written before data.skip_solved
+        self.solved_streak = dict(state.get("solved_streak", []))
         self._order = self._permutation(self.epoch)

@@ -81,7 +81,7 @@ def train(cfg: Config) -> Path:
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
 
     # Model, engine. The engine re-seeds the global RNGs when it starts, so seed after it (a resume restores them).
-    stream = PromptStream(train_set, t.seed)
+    stream = PromptStream(train_set, t.seed, cfg.data.skip_solved)
     learner = Learner(
         model_path,
         dtype=cfg.model.dtype,
@@ -151,6 +151,9 @@ def train(cfg: Config) -> Path:
         batch, metrics, train_samples = collect(engine, stream, rewarder, cfg, step, sizer)
         run["informative_frac"] = sizer.informative_frac
         metrics.update({"data/epoch": stream.epoch, "data/index": stream.index})  # the stream's position after drawing
+        if stream.skip_solved:  # prompts passed over so far, and those that would be now
+            metrics["data/skipped_solved"] = stream.skipped
+            metrics["data/solved_prompts"] = sum(v >= stream.skip_solved for v in stream.solved_streak.values())
         if step == 1:
             warn_if_unreadable("step 1 (sampled)", metrics["reward/no_answer_frac"], train_samples)
         if cfg.logger.samples_every and step % cfg.logger.samples_every == 0:

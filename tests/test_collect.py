@@ -189,3 +189,10 @@ def test_adaptive_second_round_draws_for_what_is_still_needed():
     batch, m, _ = collect(engine, stream, rewarder, cfg, step=1, sizer=RoundSizer(adaptive=True, informative_frac=0.9))
     assert engine.calls == 2 and m["sampling/generated_groups"] == 5 + 3
     assert batch is not None and batch.num_rows == B * G
+
+
+def test_collect_counts_all_correct_groups_for_skip_solved():
+    stream, engine = stream_of([ALL_OK, MIXED, ALL_BAD])
+    stream.skip_solved = 1
+    run_collect(stream, engine, make_cfg(dynamic=False))
+    assert stream.solved_streak == {0: 1}  # only the group whose every sample was correct

@@ -71,6 +71,44 @@ def test_stream_is_seeded_and_resumable():
     assert PromptStream(examples, seed=4).take(25) != first[:25]
 
 
+def test_skip_solved_passes_over_prompts_mastered_on_n_visits_in_a_row_and_resumes():
+    examples = arithmetic.train_examples()[:10]
+    stream = PromptStream(examples, seed=3, skip_solved=2)
+    epoch0 = stream.take(10)
+    # the first 4 of epoch 0 all correct; the next one too, but it will fail on its second visit
+    stream.record(epoch0, [True] * 5 + [False] * 5)
+    epoch1 = stream.take(10)  # nothing has 2 solved visits yet: the whole permutation comes back
+    assert sorted(e.id for e in epoch1) == sorted(e.id for e in epoch0) and stream.skipped == 0
+    stream.record(epoch1, [e in epoch0[:4] for e in epoch1])
+    state = stream.state_dict()
+    epoch2 = stream.take(6)  # the 4 mastered prompts are passed over: the other 6 fill the next epoch
+    assert {e.id for e in epoch2} == {e.id for e in epoch0[4:]}
+    mastered = {examples.index(e) for e in epoch0[:4]}
+    order = stream._permutation(2)  # passed over: the mastered ones before the last prompt drawn
+    last = max(k for k, i in enumerate(order) if i not in mastered)
+    assert stream.skipped == sum(i in mastered for i in order[:last]) > 0
+    resumed = PromptStream(examples, seed=3, skip_solved=2)
+    resumed.load_state_dict(state)
+    assert resumed.take(6) == epoch2 and resumed.skipped == stream.skipped
+    stream.record([epoch0[0]], [False])  # one failure resets a prompt's count
+    assert examples.index(epoch0[0]) not in stream.solved_streak
+
+
+def test_skip_solved_draws_anyway_when_every_prompt_is_mastered():
+    examples = arithmetic.train_examples()[:5]
+    stream = PromptStream(examples, seed=0, skip_solved=1)
+    stream.record(stream.take(5), [True] * 5)
+    again = stream.take(3)  # passes over one whole epoch's worth (5), then draws
+    assert len(again) == 3 and stream.skipped == 5
+
+
+def test_skip_solved_off_keeps_no_state():
+    examples = arithmetic.train_examples()[:5]
+    stream = PromptStream(examples, seed=0)
+    stream.record(stream.take(5), [True] * 5)
+    assert stream.solved_streak == {} and len(stream.take(5)) == 5 and stream.skipped == 0
+
+
 def test_empty_training_set_is_an_error():
     with pytest.raises(ValueError, match="empty"):
         PromptStream([], seed=0)
