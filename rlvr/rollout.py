@@ -62,10 +62,11 @@ class Engine:
         # seeded generator, which CPU generators cannot do ("CPU Generator does not use offset"): seeded sampling of
         # more prompt tokens than one step's budget crashed. Without chunking, a prompt waits for the next step whole.
         no_chunking = dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192)) if cpu else {}
-        # vLLM runs full garbage collections while it loads the model and freezes the heap when it is done; freezing
-        # first (what is alive now is imports and the learner) lets those collections scan only the engine's own new
-        # objects: 1.2 of the built-in engine's 2.9 s start on 2 CPU cores. Frozen objects are still freed by
-        # reference counting; only cyclic garbage among them is kept.
+        # vLLM runs full garbage collections while it loads the model and freezes the heap when it is done. One
+        # collection now (garbage cycles, such as an earlier engine's, are freed first), then freezing what is left
+        # (imports, the learner) lets vLLM's collections scan only the engine's own new objects: the built-in
+        # engine starts in 1.3 s instead of 2.1 s on 2 CPU cores.
+        gc.collect()
         gc.freeze()
         self.llm = LLM(
             model=model_path,
