@@ -69,9 +69,13 @@ def run_config(target: Target, raw: DictConfig, overrides: list[str]) -> DictCon
             f"be applied; override single keys (data.eval_size=500), or evaluate its model with "
             f"model.path={target.model} and the groups you want"
         )
-    merged = OmegaConf.load(target.run / "config.yaml")
-    assert isinstance(merged, DictConfig), f"{target.run / 'config.yaml'} is not a mapping"
-    merged.eval = OmegaConf.merge(raw.eval, merged.get("eval") or {})  # runs from before eval.*: the defaults
+    saved = OmegaConf.load(target.run / "config.yaml")
+    assert isinstance(saved, DictConfig), f"{target.run / 'config.yaml'} is not a mapping"
+    # keys added since the run was written (eval.*, algo.round_size, data.skip_solved, ...) take today's defaults
+    defaults = OmegaConf.masked_copy(raw, [str(k) for k in raw if k not in ("hydra", *APP_KEYS)])
+    OmegaConf.set_struct(defaults, False)
+    merged = OmegaConf.merge(defaults, saved)
+    assert isinstance(merged, DictConfig)
     if merged.eval.n == 0 and "eval.n" not in keys:  # training's default (greedy only): rlvr eval also samples
         merged.eval.n = raw.eval.n
     for key in keys:

@@ -112,3 +112,21 @@ def test_run_config_keeps_the_runs_settings_under_the_overrides(tmp_path):
     for bad in ("model.path=/elsewhere", "data=gym"):
         with pytest.raises(ConfigError, match=f"so {bad} cannot be applied"):
             run_config(target, compose_eval(), [bad])
+
+
+def test_run_config_of_an_older_run_fills_keys_added_since(tmp_path):
+    import yaml
+
+    from rlvr.config import validate
+    from rlvr.eval_cli import locate, run_config
+
+    folder = fake_run(tmp_path / "old", final=2, checkpoints=())
+    saved = yaml.safe_load((folder / "config.yaml").read_text())
+    for section, key in (("algo", "round_size"), ("data", "skip_solved")):  # keys a run of 2026-11 did not write
+        del saved[section][key]
+    del saved["eval"]
+    saved["trainer"]["lr"] = 1e-5  # the run's own values stay
+    (folder / "config.yaml").write_text(yaml.safe_dump(saved))
+    cfg = validate(run_config(locate(folder), compose_eval(), []))
+    assert cfg.algo.round_size.value == "adaptive" and cfg.data.skip_solved == 0 and cfg.eval.temperature == 1.0
+    assert cfg.trainer.lr == 1e-5 and cfg.eval.n == 8
