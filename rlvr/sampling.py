@@ -123,8 +123,9 @@ def collect(
             first_round = samples.records("train", step, shown, flat[:k], results[:k], rewards[:k].tolist(),
                                           engine.tokenizer, rewarder)  # fmt: skip
         metric = correct if a.filter_metric is FilterMetric.correctness else rewards
-        informative = algo.informative_groups(metric, G) if a.dynamic_sampling else torch.ones(n, dtype=torch.bool)
-        for i in torch.nonzero(informative)[:, 0].tolist():
+        informative = algo.informative_groups(metric, G)  # [n]
+        keep = informative if a.dynamic_sampling else torch.ones(n, dtype=torch.bool)  # [n]
+        for i in torch.nonzero(keep)[:, 0].tolist():
             kept.append((groups[i], rewards[i * G : (i + 1) * G], correct[i * G : (i + 1) * G]))
         drawn += n
         informative_count += int(informative.sum())
