@@ -274,12 +274,19 @@ class PromptStream:
                 self._order = self._permutation(self.epoch)
             i = self._order[self.index]
             self.index += 1
-            if self.skip_solved and self.solved_streak.get(i, 0) >= self.skip_solved and passed < len(self.examples):
+            if self._is_mastered(i) and passed < len(self.examples):
                 passed += 1
                 self.skipped += 1
                 continue
             out.append(self.examples[i])
         return out
+
+    def _is_mastered(self, i: int) -> bool:
+        return bool(self.skip_solved) and self.solved_streak.get(i, 0) >= self.skip_solved
+
+    def mastered(self) -> int:
+        """Prompts that `take` passes over now (data.skip_solved)."""
+        return sum(self._is_mastered(i) for i in self.solved_streak)
 
     def record(self, examples: list[Example], all_correct: list[bool]) -> None:
         """Outcomes of drawn examples' groups (data.skip_solved); nothing is kept when it is off."""

@@ -496,12 +496,11 @@ class Learner:
         keys, names = sorted(sums), sorted(extremes)
         totals = distributed.all_reduce_sum(torch.stack([sums[k] for k in keys] + [entropy_sum]))
         peaks = distributed.all_reduce_max(torch.stack([extremes[k] for k in names])) if names else totals[:0]
-        tokens = num_tokens.double().clamp(min=1).reshape(1)
-        values = torch.cat([totals, peaks, tokens, grad_norm.double().reshape(1).to(totals.device)]).tolist()  # the one read
+        entropy = totals[-1:] / num_tokens.double().clamp(min=1)  # [1] per counted token
+        values = torch.cat([totals[:-1], peaks, entropy, grad_norm.double().reshape(1).to(totals.device)]).tolist()  # the one read
         out = dict(zip(keys, values[: len(keys)]))
-        out.update({k: v if algo.METRIC_REDUCTIONS[k] == "max" else -v for k, v in zip(names, values[len(keys) + 1 :])})
-        out["entropy"] = values[len(keys)] / values[-2]
-        out["grad_norm"] = values[-1]
+        out.update({k: v if algo.METRIC_REDUCTIONS[k] == "max" else -v for k, v in zip(names, values[len(keys) : -2])})
+        out["entropy"], out["grad_norm"] = values[-2], values[-1]
         out["lr"] = float(self.scheduler.get_last_lr()[0])
         out["bad"] = float(bad)
         return out

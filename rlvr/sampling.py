@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rlvr import algo, distributed, samples
-from rlvr.config import Config, FilterMetric, RoundSize
+from rlvr.config import AlgoConfig, Config, FilterMetric, RoundSize
 from rlvr.data import PromptStream
 from rlvr.metrics import split_lengths
 from rlvr.rewards import Rewarder
@@ -37,6 +37,11 @@ class RoundSizer:
 
     adaptive: bool
     informative_frac: float | None = None
+
+    @classmethod
+    def for_config(cls, algo_cfg: AlgoConfig, informative_frac: float | None = None) -> RoundSizer:
+        """Adaptive where the recipe asks for it (algo.round_size=adaptive with dynamic sampling), else B per round."""
+        return cls(algo_cfg.dynamic_sampling and algo_cfg.round_size is RoundSize.adaptive, informative_frac)
 
     def prompts(self, need: int, prompts_per_step: int, budget: int) -> int:
         """Prompts for a round that still needs `need` informative groups, at most `budget`. Fixed: B. Adaptive: the
@@ -76,8 +81,7 @@ def collect(
     tp = r.tensor_parallel_size
     index, engines = distributed.engine_index(tp)  # each engine samples its contiguous share of every round
     rounds = 1 if not a.dynamic_sampling else a.max_gen_batches
-    if sizer is None or not a.dynamic_sampling:
-        sizer = RoundSizer(adaptive=a.dynamic_sampling and a.round_size is RoundSize.adaptive)
+    sizer = RoundSizer.for_config(a) if sizer is None else sizer
     estimate = sizer.informative_frac  # what this step's rounds are sized from
     kept: list[tuple[list[Completion], torch.Tensor, torch.Tensor]] = []  # per group: completions, rewards, correct
     drawn = generated = zero_spread = informative_count = 0

@@ -23,7 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlvr import algo, checkpoint, distributed, prompts, samples
-from rlvr.config import Advantage, Config, ConfigError, RoundSize
+from rlvr.config import Advantage, Config, ConfigError
 from rlvr.data import PromptStream
 from rlvr.evaluation import evaluate
 from rlvr.learner import Learner
@@ -120,7 +120,7 @@ def train(cfg: Config) -> Path:
     )
     run["wandb_id"] = logger.wandb_id
     clock = RunClock(launched, run["elapsed_s"], run["train_s"])
-    sizer = RoundSizer(a.dynamic_sampling and a.round_size is RoundSize.adaptive, run["informative_frac"])
+    sizer = RoundSizer.for_config(a, run["informative_frac"])
     if t.precision.value == "auto":
         logger.note(f"trainer.precision=auto: the learner computes in {learner.precision} on {learner.device.type}")
     evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg)
@@ -153,7 +153,7 @@ def train(cfg: Config) -> Path:
         metrics.update({"data/epoch": stream.epoch, "data/index": stream.index})  # the stream's position after drawing
         if stream.skip_solved:  # prompts passed over so far, and those that would be now
             metrics["data/skipped_solved"] = stream.skipped
-            metrics["data/solved_prompts"] = sum(v >= stream.skip_solved for v in stream.solved_streak.values())
+            metrics["data/solved_prompts"] = stream.mastered()
         if step == 1:
             warn_if_unreadable("step 1 (sampled)", metrics["reward/no_answer_frac"], train_samples)
         if cfg.logger.samples_every and step % cfg.logger.samples_every == 0:

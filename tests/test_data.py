@@ -80,6 +80,7 @@ def test_skip_solved_passes_over_prompts_mastered_on_n_visits_in_a_row_and_resum
     epoch1 = stream.take(10)  # nothing has 2 solved visits yet: the whole permutation comes back
     assert sorted(e.id for e in epoch1) == sorted(e.id for e in epoch0) and stream.skipped == 0
     stream.record(epoch1, [e in epoch0[:4] for e in epoch1])
+    assert stream.mastered() == 4  # epoch0[4] failed its second visit: its count was reset
     state = stream.state_dict()
     epoch2 = stream.take(6)  # the 4 mastered prompts are passed over: the other 6 fill the next epoch
     assert {e.id for e in epoch2} == {e.id for e in epoch0[4:]}
