@@ -120,6 +120,7 @@ def _draw(plot: Plot, curves: list[Curve], groups: list[Group]) -> Any:
     """A matplotlib figure of (group, line style, band) curves, with a legend of groups (and styles) below it."""
     from matplotlib.figure import Figure as MplFigure
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import LogFormatter
 
     fig = MplFigure(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.add_subplot()
@@ -140,6 +141,9 @@ def _draw(plot: Plot, curves: list[Curve], groups: list[Group]) -> Any:
     ax.grid(alpha=0.3)
     if _log_scale(plot, curves):
         ax.set_yscale("log")
+        # plain tick text: the default log formatters write mathtext ($\mathdefault{10^{2}}$), printed raw here
+        ax.yaxis.set_major_formatter(LogFormatter())
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
     if plot.x == "k":
         ks = sorted({int(k) for _, _, b in curves for k in b.x})
         ax.set_xscale("log", base=2)

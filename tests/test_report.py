@@ -195,6 +195,7 @@ def test_page_is_self_contained(sweep_report):
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.IGNORECASE)
     assert "<script" not in page.lower() and "@import" not in page and "url(http" not in page
     assert "<?xml" not in page and "<!DOCTYPE svg" not in page
+    assert "mathdefault" not in page  # log axes' tick labels are plain text, not unparsed mathtext
     ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids))  # the inline SVGs' ids do not collide
 
