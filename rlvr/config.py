@@ -96,6 +96,12 @@ class RolloutCorrection(str, enum.Enum):
     token_truncated = "token_truncated"  # each token's surrogate times min(pi_old_learner / pi_engine, cap)
 
 
+class PiOld(str, enum.Enum):
+    learner = "learner"  # a no-grad pass of the learner over the batch
+    engine = "engine"  # the engine's sampled-token logprobs (verl's bypass mode)
+    auto = "auto"  # engine where it computes what the learner would (rlvr.trainer.pi_old_from_engine), else learner
+
+
 class Precision(str, enum.Enum):
     auto = "auto"  # bf16 where bf16 matmuls are faster (GPU; CPUs with AMX / AVX512-BF16), else fp32; fp32 master weights
     bf16 = "bf16"
@@ -135,6 +141,7 @@ class AlgoConfig:
     overlong_filter: bool = MISSING  # truncated responses get zero loss weight
     rollout_correction: RolloutCorrection = MISSING  # engine/learner numerics mismatch: none | token_truncated
     rollout_correction_cap: float = MISSING  # C, the truncation of pi_old / pi_engine
+    pi_old: PiOld = MISSING  # where pi_old's logprobs come from: learner | engine | auto
 
 
 @dataclass

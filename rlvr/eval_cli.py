@@ -71,7 +71,7 @@ def run_config(target: Target, raw: DictConfig, overrides: list[str]) -> DictCon
         )
     saved = OmegaConf.load(target.run / "config.yaml")
     assert isinstance(saved, DictConfig), f"{target.run / 'config.yaml'} is not a mapping"
-    # keys added since the run was written (eval.*, algo.round_size, data.skip_solved, ...) take today's defaults
+    # keys added since the run was written (eval.*, algo.round_size, algo.pi_old, data.skip_solved, ...) take today's defaults
     defaults = OmegaConf.masked_copy(raw, [str(k) for k in raw if k not in ("hydra", *APP_KEYS)])
     OmegaConf.set_struct(defaults, False)
     merged = OmegaConf.merge(defaults, saved)

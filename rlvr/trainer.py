@@ -23,7 +23,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlvr import algo, checkpoint, distributed, prompts, samples
-from rlvr.config import Advantage, Config, ConfigError
+from rlvr.config import Advantage, Config, ConfigError, PiOld
 from rlvr.data import PromptStream
 from rlvr.evaluation import evaluate
 from rlvr.learner import Learner
@@ -101,10 +101,11 @@ def train(cfg: Config) -> Path:
     )
     engine = Engine.from_config(model_path, cfg, max_model_len)
     seed_everything(t.seed)
-    # what a checkpoint carries besides weights and RNGs (elapsed_s, train_s: the clock at that step; informative_frac:
+    # what a checkpoint carries besides weights and RNGs (elapsed_s, train_s: the clock at that step; pi_old_fell_back:
+    # the engine's logprobs strayed from the learner's, pi_old comes from the learner; informative_frac:
     # what dynamic sampling's next round is sized from)
     run: dict[str, Any] = {"step": 0, "bad_in_a_row": 0, "wandb_id": None, "elapsed_s": 0.0, "train_s": 0.0,
-                           "informative_frac": None}  # fmt: skip
+                           "informative_frac": None, "pi_old_fell_back": False}  # fmt: skip
     if resume_from is not None:
         run = restore(resume_from, learner, stream, t.seed)
         engine.load_weights(learner.named_weights())
@@ -123,6 +124,9 @@ def train(cfg: Config) -> Path:
     sizer = RoundSizer.for_config(a, run["informative_frac"])
     if t.precision.value == "auto":
         logger.note(f"trainer.precision=auto: the learner computes in {learner.precision} on {learner.device.type}")
+    from_engine = pi_old_from_engine(cfg, learner.precision) and not run["pi_old_fell_back"]
+    if a.pi_old is not PiOld.learner:
+        logger.note(f"algo.pi_old={a.pi_old.value}: pi_old's logprobs come from the {'engine' if from_engine else 'learner'}")
     evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg)
     if resume_from is None:
         eval_metrics, eval_samples = evaluate_now(0)
@@ -174,10 +178,27 @@ def train(cfg: Config) -> Path:
         if a.overlong_filter:
             mask = mask * (~batch.truncated)[:, None]
 
-        # 6. pi_old and pi_ref logprobs from the learner (pi_old = the weights that sampled the batch).
+        # 6. pi_old (the weights that sampled the batch) and pi_ref logprobs. With one update per rollout pi_old is
+        # pi_theta exactly (None). pi_old comes from the learner's pass or from the engine (algo.pi_old); with the
+        # engine's, the learner's pass still runs on evaluation steps, to check that the two agree.
         num_groups = batch.num_rows // G
         minibatches = math.ceil(num_groups / a.prompts_per_minibatch)
-        old = learner.logprobs(batch) if minibatches * a.epochs > 1 else None  # [N, T]
+        evaluating = step == t.max_steps or bool(t.eval_every and step % t.eval_every == 0)
+        several = minibatches * a.epochs > 1
+        learner_old = learner.logprobs(batch) if (several and not from_engine) or (from_engine and evaluating) else None  # [N, T]
+        if learner_old is not None:
+            gaps = (learner_old - batch.engine_logprobs).abs() * batch.response_mask  # [N, T]
+            metrics["rollout/logprob_mismatch"] = algo.masked_mean(gaps, batch.response_mask).item()
+            metrics["rollout/logprob_mismatch_max"] = gaps.max().item()
+            if from_engine and metrics["rollout/logprob_mismatch_max"] > PI_OLD_ENGINE_TOLERANCE:
+                # e.g. a weight push that did not take: the learner's pass from now on
+                run["pi_old_fell_back"], from_engine = True, False
+                logger.note(
+                    f"step {step}: the engine's logprobs differ from the learner's by up to "
+                    f"{metrics['rollout/logprob_mismatch_max']:.2e} nats (> {PI_OLD_ENGINE_TOLERANCE:g}); pi_old comes "
+                    "from the learner from this step on"
+                )
+        old = (batch.engine_logprobs if from_engine else learner_old) if several else None  # [N, T]
         ref = learner.logprobs(batch, reference=True) if a.kl_coef > 0 else None  # [N, T]
 
         # 7. mu epochs over mini-batches of whole groups, shuffled per epoch: one optimizer update each.
@@ -211,10 +232,6 @@ def train(cfg: Config) -> Path:
         metrics["actor/updates"] = len(update_metrics)
         metrics["adv/mean"] = advantages.mean().item()
         metrics["adv/std"] = advantages.std().item() if advantages.numel() > 1 else 0.0
-        if old is not None:
-            metrics["rollout/logprob_mismatch"] = algo.masked_mean(
-                (old - batch.engine_logprobs).abs(), batch.response_mask
-            ).item()
         step_s = time.perf_counter() - t_start
         metrics.update(
             {
@@ -227,7 +244,7 @@ def train(cfg: Config) -> Path:
         )
         clock.train_s += time.perf_counter() - t_start
         eval_samples = []
-        if step == t.max_steps or (t.eval_every and step % t.eval_every == 0):
+        if evaluating:
             eval_metrics, eval_samples = evaluate_now(step)
             metrics.update(eval_metrics)
         # A non-finite loss or gradient norm skipped that update (learner.update); too many such steps in a row stop
@@ -291,6 +308,22 @@ def save_checkpoint(out: Path, run: dict[str, Any], learner: Learner, stream: Pr
     distributed.barrier()  # nobody goes on (or exits) before the checkpoint is in place
 
 
+# the largest |learner - engine| logprob gap (nats, any response token) at which pi_old may still come from the engine:
+# a ratio error of 0.1%, 1/200 of the clip range; fp32 engine and learner differ by ~1e-5 on the built-in model
+PI_OLD_ENGINE_TOLERANCE = 1e-3
+
+
+def pi_old_from_engine(cfg: Config, learner_precision: str) -> bool:
+    """Whether pi_old's logprobs are the engine's (algo.pi_old). auto: where the engine computes what the learner's
+    pass would, up to kernel rounding: its weights in float32, the learner's compute in float32 (learner.precision),
+    top_p 1 (the engine's processed logprobs are then log_softmax(logits / T), the learner's definition). On the
+    built-in model the two agree within ~1e-5 at every token."""
+    r = cfg.rollout
+    if cfg.algo.pi_old is PiOld.auto:
+        return r.dtype in ("float32", "float") and learner_precision == "float32" and r.top_p == 1.0
+    return cfg.algo.pi_old is PiOld.engine
+
+
 def restore(folder: Path, learner: Learner, stream: PromptStream, seed: int) -> dict[str, Any]:
     """Load a checkpoint into the learner, the prompt stream and the RNGs; return the run's counters."""
     state = checkpoint.load_state(folder / "trainer_state.pt")
@@ -306,8 +339,8 @@ def restore(folder: Path, learner: Learner, stream: PromptStream, seed: int) -> 
     rng = folder / f"rng_rank{distributed.rank()}.pt"
     if rng.exists():  # absent when resuming on more ranks than wrote it: those keep the seeded RNGs
         checkpoint.set_rng_state(checkpoint.load_state(rng))
-    keys = ("step", "bad_in_a_row", "wandb_id", "elapsed_s", "train_s", "informative_frac")
-    return {"elapsed_s": 0.0, "train_s": 0.0, "informative_frac": None,  # absent from older checkpoints
+    keys = ("step", "bad_in_a_row", "wandb_id", "elapsed_s", "train_s", "informative_frac", "pi_old_fell_back")
+    return {"elapsed_s": 0.0, "train_s": 0.0, "informative_frac": None, "pi_old_fell_back": False,  # absent from older checkpoints
             **{k: state[k] for k in keys if k in state}}
 
 

@@ -26,7 +26,7 @@ class Completion:
     token_ids: list[int]  # generated tokens, EOS included when the engine stopped on it
     text: str
     finish_reason: str  # "stop" | "length"
-    engine_logprobs: list[float]  # sampled-token logprobs from the engine (mismatch metric only)
+    engine_logprobs: list[float]  # sampled-token logprobs from the engine (pi_old with algo.pi_old=engine)
 
 
 @dataclass
@@ -45,7 +45,7 @@ class RolloutBatch:
     rewards: torch.Tensor  # [N] float
     correct: torch.Tensor  # [N] float, 1 where the verifier said correct
     truncated: torch.Tensor  # [N] bool, finish reason "length"
-    engine_logprobs: torch.Tensor  # [N, T] float, the engine's sampled-token logprobs (metrics only)
+    engine_logprobs: torch.Tensor  # [N, T] float, the engine's sampled-token logprobs (0 in padding)
 
     @property
     def num_rows(self) -> int:

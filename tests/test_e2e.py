@@ -25,7 +25,7 @@ def check_run_folder(out: Path, recipe: str) -> None:
         for key in ("reward/mean", "response_length/mean", "timing/step_s", "actor/clip_frac", "actor/entropy"):
             assert key in r, key
         assert r["actor/updates"] > 1  # several updates per rollout batch: the clip is live
-        assert r["rollout/logprob_mismatch"] < 1e-4  # the engine samples from the learner's weights
+        assert r["rollout/logprob_mismatch_max"] < 1e-4  # the engine samples from the learner's weights
         # the correct and incorrect lengths are the two parts of the mean length, weighted by the correct fraction
         cf, parts = r["reward/correct_frac"], (r.get("response_length/correct_mean"), r.get("response_length/incorrect_mean"))
         if None not in parts:
@@ -100,6 +100,44 @@ def test_epochs_reference_refresh_and_overlong_filter(rlvr_cli, tmp_path):
     rows = read_metrics(out)[1:]
     assert [r["actor/updates"] for r in rows] == [32, 32]
     assert all(r["actor/kl"] >= 0.0 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "overrides, precision, expected",
+    [
+        ([], "float32", False),  # the recipes: the learner's pass
+        (["algo.pi_old=auto"], "float32", True),  # the built-in model's engine samples in fp32, its learner computes in fp32
+        (["algo.pi_old=auto"], "bf16", False),
+        (["algo.pi_old=auto", "rollout.dtype=bfloat16"], "float32", False),
+        (["algo.pi_old=auto", "rollout.dtype=auto"], "float32", False),  # vLLM may downcast
+        (["algo.pi_old=auto", "rollout.top_p=0.9"], "float32", False),  # the engine's are renormalized over the nucleus
+        (["algo.pi_old=engine", "rollout.top_p=0.9"], "bf16", True),  # asked for
+    ],
+)
+def test_pi_old_source(overrides, precision, expected):
+    from conftest import compose_config
+
+    from rlvr.config import validate
+    from rlvr.trainer import pi_old_from_engine
+
+    assert pi_old_from_engine(validate(compose_config(*overrides)), precision) is expected
+
+
+def test_pi_old_falls_back_to_the_learner_when_the_engine_disagrees(rlvr_cli, tmp_path):
+    """algo.pi_old=engine with top_p 0.9: the engine's logprobs are renormalized over the nucleus and the learner's are
+    not, so they differ by -log(nucleus mass) on most tokens. Step 1 uses the engine's (no learner pass); the learner's
+    pass on the evaluation step 2 sees the gap, says so, and from then on pi_old is the learner's (a pass at step 3, which
+    does not evaluate)."""
+    out = tmp_path / "run"
+    result = rlvr_cli("train", "recipe=dapo", "algo.pi_old=engine", "rollout.top_p=0.9", "trainer.max_steps=4",
+                      "trainer.eval_every=2", "data.eval_size=64", "logger.progress=false", f"trainer.output_dir={out}",
+                      cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_metrics(out)
+    assert "rollout/logprob_mismatch" not in rows[1]
+    assert rows[2]["rollout/logprob_mismatch_max"] > 1e-3 and rows[3]["rollout/logprob_mismatch_max"] > 1e-3
+    assert "step 2: the engine's logprobs differ from the learner's" in result.stdout
+    assert "pi_old comes from the learner from this step on" in result.stdout
 
 
 def test_sweep_runs_one_folder_per_job(rlvr_cli, tmp_path):

@@ -122,11 +122,12 @@ def test_run_config_of_an_older_run_fills_keys_added_since(tmp_path):
 
     folder = fake_run(tmp_path / "old", final=2, checkpoints=())
     saved = yaml.safe_load((folder / "config.yaml").read_text())
-    for section, key in (("algo", "round_size"), ("data", "skip_solved")):  # keys a run of 2026-11 did not write
+    for section, key in (("algo", "round_size"), ("algo", "pi_old"), ("data", "skip_solved")):  # keys older runs lack
         del saved[section][key]
     del saved["eval"]
     saved["trainer"]["lr"] = 1e-5  # the run's own values stay
     (folder / "config.yaml").write_text(yaml.safe_dump(saved))
     cfg = validate(run_config(locate(folder), compose_eval(), []))
-    assert cfg.algo.round_size.value == "adaptive" and cfg.data.skip_solved == 0 and cfg.eval.temperature == 1.0
+    assert cfg.algo.round_size.value == "adaptive" and cfg.algo.pi_old.value == "learner"
+    assert cfg.data.skip_solved == 0 and cfg.eval.temperature == 1.0
     assert cfg.trainer.lr == 1e-5 and cfg.eval.n == 8
