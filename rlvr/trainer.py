@@ -125,8 +125,8 @@ def train(cfg: Config) -> Path:
     if t.precision.value == "auto":
         logger.note(f"trainer.precision=auto: the learner computes in {learner.precision} on {learner.device.type}")
     from_engine = pi_old_from_engine(cfg, learner.precision) and not run["pi_old_fell_back"]
-    if a.pi_old is not PiOld.learner:
-        logger.note(f"algo.pi_old={a.pi_old.value}: pi_old's logprobs come from the {'engine' if from_engine else 'learner'}")
+    if from_engine:
+        logger.note(f"algo.pi_old={a.pi_old.value}: pi_old is the engine's sampled-token logprobs (the learner checks them at evaluations)")
     evaluate_now = partial(evaluate, engine, eval_set, rewarder, cfg)
     if resume_from is None:
         eval_metrics, eval_samples = evaluate_now(0)
