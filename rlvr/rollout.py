@@ -83,6 +83,11 @@ class Engine:
             **no_chunking,  # type: ignore[arg-type]
         )
         self.tokenizer = self.llm.get_tokenizer()
+        # vLLM's sampler wraps two small ops in torch.compile (the sampled token's rank, for logprobs; a seedless
+        # random sample). On CPU, inductor compiles them at the first sampled round: 2 s of every run's first step,
+        # for ops that take microseconds eagerly. Run them eagerly there (on GPUs vLLM's choice stands: the eager rank
+        # count would allocate a tokens x vocab mask).
+        self._compiler_stance = "force_eager" if cpu else "default"
         _quiet_vllm_logs()
 
     @classmethod
@@ -113,7 +118,8 @@ class Engine:
             for s in (seeds if seeds is not None else [None] * len(prompts))
         ]
         requests: list[TokensPrompt] = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        with torch.compiler.set_stance(self._compiler_stance):
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [
             [
                 Completion(

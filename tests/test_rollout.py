@@ -39,6 +39,22 @@ def test_seeded_sampling_is_reproducible(engine):
     assert all(c.token_ids[-1] == engine.tokenizer.eos_token_id for c in a if c.finish_reason == "stop")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CPU only: GPU engines keep vLLM's compiled sampler ops")
+def test_cpu_sampling_compiles_nothing(engine):
+    """vLLM's sampler wraps the sampled token's rank (for logprobs) and seedless sampling in torch.compile; inductor
+    compiling them on CPU cost 2 s of every run's first step. The engine runs them eagerly: no frame is compiled,
+    even with dynamo's caches emptied first."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    before = sum(counters["frames"].values())
+    seeded = sample(engine, [1, 2, 3, 4])
+    seedless = engine.generate(prompt_ids(PROMPTS), n=4, max_tokens=8, temperature=1.0, top_p=1.0, seeds=None, stop=[])
+    assert sum(counters["frames"].values()) == before, dict(counters["frames"])
+    assert all(len(c.engine_logprobs) == len(c.token_ids) for c in seeded)
+    assert sum(len(g) for g in seedless) == 4 * len(PROMPTS)
+
+
 def test_pushed_weights_are_the_ones_sampled_from(engine):
     """After load_weights, the engine's sampled-token logprobs equal the learner's, for every parameter
     group, the tied embedding / LM head included (vLLM 0.32 CPU kept a stale packed LM head). The learner computes
