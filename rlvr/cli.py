@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from rlvr.config import GROUPS, ConfigError, override_key, unknown_key_message, validate
 from rlvr.eval_cli import APP_KEYS
+from rlvr.imports import heavy_imports
 
 RECIPES = str(importlib.resources.files("rlvr.recipes"))  # the YAML tree ships inside the package
 
@@ -45,7 +46,8 @@ def check_overrides(args: list[str], app_keys: tuple[str, ...] = ()) -> str | No
 def _hydra_train(raw: DictConfig) -> None:
     try:
         cfg = validate(raw)
-        from rlvr.trainer import RunStopped, train  # heavy imports (torch, vllm) only once the config is valid
+        with heavy_imports():  # torch, vllm: only once the config is valid
+            from rlvr.trainer import RunStopped, train
 
         try:
             out = train(cfg)  # start-up checks (output folder, data, resume point, rewards) run before any model loads

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlvr.config import GROUPS, ConfigError, override_key, validate
+from rlvr.imports import heavy_imports
 from rlvr.runs import final_step
 
 APP_KEYS = ("run", "output_dir")  # recipes/eval.yaml's own keys, beside the training config's
@@ -91,13 +92,14 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
     training = OmegaConf.masked_copy(raw, [str(k) for k in raw if k not in ("hydra", *APP_KEYS)])
     cfg = validate(training if target is None else run_config(target, raw, overrides))
 
-    import torch  # heavy imports (torch, vllm) only once the config is valid
+    with heavy_imports():  # torch, vllm: only once the config is valid
+        import torch
 
-    from rlvr import checkpoint, distributed, prompts
-    from rlvr.evaluation import evaluate
-    from rlvr.models import resolve_model_path
-    from rlvr.rewards import Rewarder
-    from rlvr.rollout import Engine
+        from rlvr import checkpoint, distributed, prompts
+        from rlvr.evaluation import evaluate
+        from rlvr.models import resolve_model_path
+        from rlvr.rewards import Rewarder
+        from rlvr.rollout import Engine
 
     distributed.init()
     distributed.check_engines(cfg.rollout.tensor_parallel_size, distributed.world_size())
