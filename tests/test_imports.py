@@ -44,3 +44,18 @@ def test_heavy_imports_leave_a_disabled_collector_disabled():
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def test_a_block_that_imports_nothing_new_freezes_nothing():
+    """A sweep's later jobs import nothing new: freezing then would keep the earlier job's garbage for good."""
+    class Node:
+        pass
+
+    garbage = [Node() for _ in range(1000)]
+    for node in garbage:
+        node.me = node
+    del garbage, node
+    frozen = gc.get_freeze_count()
+    with heavy_imports():
+        importlib.import_module("json")  # imported long ago
+    assert gc.get_freeze_count() == frozen
