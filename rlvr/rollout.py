@@ -18,7 +18,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import logging  # noqa: E402
 
-from vllm import LLM, SamplingParams  # noqa: E402
+from vllm import LLM, CompletionOutput, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 
 from rlvr import distributed  # noqa: E402
@@ -112,20 +112,25 @@ class Engine:
         """Sample `n` completions per prompt (token ids, as rlvr.prompts rendered them); one seed per prompt makes
         sampling reproducible. temperature 0 is greedy. Generation ends at the model's EOS / end-of-turn tokens (vLLM
         reads them from the generation config), at a `stop` string, or after `max_tokens`; the text excludes them."""
+        # vLLM's detokenizer is needed only to find stop strings. Without them the texts are decoded here, in one batch
+        # after generation, instead of token by token in vLLM's output loop, which also decodes every logprob's token
+        # (unused here): a round of 80 prompts x 8 on the built-in model took 375 -> 328 and 351 -> 312 ms.
+        detokenize = bool(stop)
         params = [
             SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=s, stop=stop or None,
-                           logprobs=0 if temperature > 0 else None)  # fmt: skip
+                           logprobs=0 if temperature > 0 else None, detokenize=detokenize)  # fmt: skip
             for s in (seeds if seeds is not None else [None] * len(prompts))
         ]
         requests: list[TokensPrompt] = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
         with torch.compiler.set_stance(self._compiler_stance):
             outputs = self.llm.generate(requests, params, use_tqdm=False)
+        texts = iter([] if detokenize else self._decode([c for out in outputs for c in out.outputs]))
         return [
             [
                 Completion(
                     prompt_ids=list(out.prompt_token_ids or []),
                     token_ids=list(c.token_ids),
-                    text=c.text,
+                    text=c.text if detokenize else next(texts),
                     finish_reason=c.finish_reason or "length",
                     engine_logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], c.token_ids) if lp],
                 )
@@ -133,6 +138,12 @@ class Engine:
             ]
             for out in outputs
         ]
+
+    def _decode(self, completions: list[CompletionOutput]) -> list[str]:
+        """The texts vLLM's detokenizer would have made: special tokens skipped, and a completion ended by a stop
+        token (EOS, end of turn) decoded without it."""
+        ids = [c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids for c in completions]
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]  # (HF's; not in vLLM's protocol)
 
     def greedy(self, prompts: list[tuple[int, ...]], *, max_tokens: int, stop: list[str]) -> list[Completion]:
         """Greedy decoding (evaluation): one completion per prompt."""
