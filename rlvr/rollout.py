@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 
 import torch
+from tokenizers.decoders import DecodeStream
 
 # In-process engine: direct weight updates need the model in this process (set before vllm import).
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -20,6 +21,7 @@ import logging  # noqa: E402
 
 from vllm import LLM, CompletionOutput, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
+from vllm.v1.engine.detokenizer import INVALID_PREFIX_ERR_MSG, uses_fast_detokenizer  # noqa: E402
 
 from rlvr import distributed  # noqa: E402
 from rlvr.config import Config  # noqa: E402
@@ -83,6 +85,7 @@ class Engine:
             **no_chunking,  # type: ignore[arg-type]
         )
         self.tokenizer = self.llm.get_tokenizer()
+        self._decodes_texts = uses_fast_detokenizer(self.tokenizer)  # else vLLM's (slow) detokenizer always runs
         # vLLM's sampler wraps two small ops in torch.compile (the sampled token's rank, for logprobs; a seedless
         # random sample). On CPU, inductor compiles them at the first sampled round: 2 s of every run's first step,
         # for ops that take microseconds eagerly. Run them eagerly there (on GPUs vLLM's choice stands: the eager rank
@@ -112,10 +115,11 @@ class Engine:
         """Sample `n` completions per prompt (token ids, as rlvr.prompts rendered them); one seed per prompt makes
         sampling reproducible. temperature 0 is greedy. Generation ends at the model's EOS / end-of-turn tokens (vLLM
         reads them from the generation config), at a `stop` string, or after `max_tokens`; the text excludes them."""
-        # vLLM's detokenizer is needed only to find stop strings. Without them the texts are decoded here, in one batch
-        # after generation, instead of token by token in vLLM's output loop, which also decodes every logprob's token
-        # (unused here): a round of 80 prompts x 8 on the built-in model took 375 -> 328 and 351 -> 312 ms.
-        detokenize = bool(stop)
+        # vLLM's detokenizer is needed only to find stop strings. Without them (and with a fast tokenizer) the texts are
+        # decoded here after generation (_decode: the same decoding), not in vLLM's output loop, which also decodes the
+        # token of every logprob (unused here): a round of 80 prompts x 8 on the built-in model took 375 -> 328 and
+        # 351 -> 312 ms.
+        detokenize = bool(stop) or not self._decodes_texts
         params = [
             SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=s, stop=stop or None,
                            logprobs=0 if temperature > 0 else None, detokenize=detokenize)  # fmt: skip
@@ -124,13 +128,12 @@ class Engine:
         requests: list[TokensPrompt] = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
         with torch.compiler.set_stance(self._compiler_stance):
             outputs = self.llm.generate(requests, params, use_tqdm=False)
-        texts = iter([] if detokenize else self._decode([c for out in outputs for c in out.outputs]))
         return [
             [
                 Completion(
                     prompt_ids=list(out.prompt_token_ids or []),
                     token_ids=list(c.token_ids),
-                    text=c.text if detokenize else next(texts),
+                    text=c.text if detokenize else self._decode(out.prompt_token_ids or [], c),
                     finish_reason=c.finish_reason or "length",
                     engine_logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], c.token_ids) if lp],
                 )
@@ -139,11 +142,27 @@ class Engine:
             for out in outputs
         ]
 
-    def _decode(self, completions: list[CompletionOutput]) -> list[str]:
-        """The texts vLLM's detokenizer would have made: special tokens skipped, and a completion ended by a stop
-        token (EOS, end of turn) decoded without it."""
-        ids = [c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids for c in completions]
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]  # (HF's; not in vLLM's protocol)
+    def _decode(self, prompt_ids: list[int], completion: CompletionOutput) -> str:
+        """The text vLLM's detokenizer for fast tokenizers makes of a completion (FastIncrementalDetokenizer in
+        vllm/v1/engine/detokenizer.py): a tokenizers DecodeStream primed with the prompt, so that the first token
+        decodes as it does after the prompt (a SentencePiece "▁" keeps its space), special tokens skipped, a character cut
+        off at the end left out, and a completion ended by a stop token (EOS, end of turn) decoded without it. Its
+        recoveries too: a token the stream rejects adds nothing, and an invalid prefix restarts the stream unprimed."""
+        ids = completion.token_ids[:-1] if completion.finish_reason == "stop" else completion.token_ids
+        backend = self.tokenizer._tokenizer  # type: ignore[attr-defined]  # the Rust tokenizer of a fast HF tokenizer
+        stream = DecodeStream(ids=prompt_ids, skip_special_tokens=True)
+        text = ""
+        for token in ids:
+            try:
+                text += stream.step(backend, token) or ""
+            except (OverflowError, TypeError):
+                continue
+            except Exception as e:
+                if not str(e).startswith(INVALID_PREFIX_ERR_MSG):
+                    raise
+                stream = DecodeStream(skip_special_tokens=True)
+                text += stream.step(backend, token) or ""
+        return text
 
     def greedy(self, prompts: list[tuple[int, ...]], *, max_tokens: int, stop: list[str]) -> list[Completion]:
         """Greedy decoding (evaluation): one completion per prompt."""
