@@ -4,10 +4,12 @@
 
 What is the same as `rlvr train recipe=dapo`: the built-in model, the 9,000 training pairs, greedy accuracy on the
 1,000 held-out pairs at the start and every 20 rollout steps, 64 prompts x 8 samples per rollout, 16 optimizer updates
-of 4 prompts each per rollout, AdamW lr 3e-4 with a cosine decay over 200 rollouts (fused, no weight decay), gradient
+of 32 samples each per rollout, AdamW lr 3e-4 with a cosine decay over 200 rollouts (fused, no weight decay), gradient
 norm clip 1.0, clip 0.2 / 0.28, a token-level loss (TRL's `loss_type="dapo"`), group-normalized advantages, no KL,
-temperature 1.0, at most 8 new tokens, 2 torch threads. What TRL does not do: dynamic sampling (its groups with no
-spread train with zero advantage) and overlong shaping (no answer here comes near 8 tokens). It samples with
+temperature 1.0, at most 8 new tokens, fp32, 2 torch threads. Where TRL differs: no dynamic sampling (its groups with
+no spread train with zero advantage), no overlong shaping (no answer here comes near 8 tokens), each update's 32
+samples are drawn from the whole rollout (rlvr's are 4 whole groups), and its loss divides by the rollout's token
+count / 16 (rlvr's by the update's own count; answers here are 3-4 tokens, so the two are close). It samples with
 transformers' `generate` (no vLLM: TRL 1.16 supports vLLM up to 0.31) and the evaluation uses `generate` too.
 
 Prints one JSON line per evaluation (`step` in rollouts, `eval/accuracy`, `time/elapsed_s` from the process's start,
@@ -87,6 +89,7 @@ def train(seed: int, target: float, full: bool, out: Path) -> None:
         learning_rate=3e-4, lr_scheduler_type="cosine", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         optim="adamw_torch_fused", epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group", beta=0.0,
         num_iterations=1, temperature=1.0, top_p=1.0, max_completion_length=8,
+        bf16=False,  # TRL's default is bf16 autocast; the built-in model's recipe trains in fp32 (model/tiny_arith.yaml)
     )
     GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tokenizer,
                 callbacks=[Evaluate()]).train()
