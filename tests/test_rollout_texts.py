@@ -51,7 +51,8 @@ def test_texts_decoded_after_generation_are_vllms(tmp_path):
     # the cases that a context-free decode of the completion alone gets wrong are among them
     alone = tokenizer.batch_decode([c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids for c in ours],
                                    skip_special_tokens=True)  # fmt: skip
-    assert any(a != c.text for a, c in zip(alone, ours))
+    assert any(c.text.startswith(" ") and not a.startswith(" ") for a, c in zip(alone, ours))  # a first "▁"
+    assert any(a.endswith("\ufffd") and not c.text.endswith("\ufffd") for a, c in zip(alone, ours))  # a cut-off character
     assert {c.finish_reason for c in ours} == {"stop", "length"}
     greedy = engine.greedy(ids, max_tokens=6, stop=[])
     assert [c.text for c in greedy] == [c.text for c in engine.greedy(ids, max_tokens=6, stop=["never seen"])]
