@@ -19,7 +19,7 @@ def records(
     rewards: list[float], tokenizer: Any, rewarder: Rewarder,
 ) -> list[dict[str, Any]]:
     """One row per completion: the prompt and completion exactly as the model saw and wrote them (special tokens
-    included), the gold answer, the answer the verifier read, the outcome and the reward. `step` is None for a model
+    included), the gold answer (a gym task's plain answer; its whole record in `answer_record`), the answer the verifier read, the outcome and the reward. `step` is None for a model
     evaluated outside a run (rlvr eval model.path=...)."""
     return [
         {
@@ -28,7 +28,8 @@ def records(
             "id": e.id,
             "prompt": tokenizer.decode(list(e.prompt_ids), skip_special_tokens=False),
             "completion": tokenizer.decode(c.token_ids, skip_special_tokens=False),
-            "gold": e.answer,
+            "gold": e.shown_answer,
+            **({} if e.gold is None else {"answer_record": e.answer}),  # what the verifier is handed (gym: the JSON record)
             "extracted": rewarder.extract(c.text),
             "outcome": r.value if isinstance(r, Outcome) else r,
             "correct": rewarder.is_correct(r),

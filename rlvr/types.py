@@ -16,6 +16,12 @@ class Example:
     answer: str
     messages: tuple[dict[str, str], ...] | None = None  # a chat row's own messages ({role, content}), else None
     prompt_ids: tuple[int, ...] = ()  # the token ids the engine sees and the learner trains on
+    gold: str | None = None  # the answer as a person reads it, where `answer` is a record for the verifier (gym); None = answer
+
+    @property
+    def shown_answer(self) -> str:
+        """The gold answer as samples.jsonl, wandb and the report show it."""
+        return self.answer if self.gold is None else self.gold
 
 
 @dataclass(frozen=True)

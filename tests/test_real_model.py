@@ -109,3 +109,21 @@ def test_plain_prompted_instruct_model_is_warned_about(rlvr_cli, tmp_path, sums_
     assert "of completions have no answer the verifier can read" in warning
     assert "----- prompt -----\nWhat is" in warning and "data.format" in warning  # the prompt as the model saw it
     assert torch.tensor(json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["eval/no_answer_frac"]) >= 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_gsm_like_gym_task_evaluates_and_shows_plain_gold_answers(rlvr_cli, tmp_path):
+    """The README's GSM-like command (reasoning-gym's gsm_symbolic, whose entries hold Fractions) runs offline, writes
+    eval.json, and samples show the gold answer itself, the verifier's record beside it."""
+    out = tmp_path / "eval"
+    result = rlvr_cli("eval", f"model.path={SMOLLM2}", "data=gym", "data.name=gsm_symbolic", "data.eval_size=16",
+                      "eval.n=2", "rollout.max_new_tokens=256", f"output_dir={out}", cwd=tmp_path, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "eval.json").read_text())
+    assert report["prompts"] == 16 and 0.0 <= report["metrics"]["eval/accuracy"] <= 1.0
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 * 3  # greedy + 2 sampled per prompt
+    for row in rows:
+        assert row["gold"].lstrip("-").isdigit(), row["gold"]  # gsm_symbolic's answers are integers
+        assert json.loads(row["answer_record"])["entry"]["answer"] == row["gold"]

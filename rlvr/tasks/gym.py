@@ -8,9 +8,10 @@ index ranges apart); a training entry whose question also appears in the held-ou
 
 Each Example's `answer` is compact JSON that carries everything the scorer needs in a worker process
 (rlvr.verifiers.gym's `encode` / `decode`): {"dataset": name, "options": {...}, "entry": {question, answer, metadata}}.
-JSON has no tuples and some scorers compare tuples (arc_agi, rearc), so tuples travel tagged as
-{"__tuple__": [...]} and come back as tuples. The prompt is the question plus `ANSWER_INSTRUCTION`,
-reasoning-gym's own convention (its default system prompt asks for `<answer>answer here</answer>`).
+Values JSON has no form for (tuples, which arc_agi and rearc compare; gsm_symbolic's Fractions; sets, numpy scalars)
+travel tagged, e.g. {"__tuple__": [...]}, and come back as they were. Its `gold` is the entry's answer alone, for
+people. The prompt is the question plus `ANSWER_INSTRUCTION`, reasoning-gym's own convention (its default system
+prompt asks for `<answer>answer here</answer>`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from rlvr.config import ConfigError
 from rlvr.types import Example
-from rlvr.verifiers.gym import dataset, decode, encode
+from rlvr.verifiers.gym import dataset, decode, encode, shown
 
 ANSWER_INSTRUCTION = (
     "Give your final answer in the format <answer>answer here</answer>, "
@@ -31,6 +32,8 @@ ANSWER_INSTRUCTION = (
 )
 EVAL_SEED_OFFSET = 1_000_000_007  # far beyond any training size: held-out seeds never meet training seeds
 _RESERVED = ("size", "seed")  # set from data.size / data.eval_size / data.seed, never from data.options
+# the gold shown for datasets that store none (boxnet, graph_color, rush_hour, ...: their scorers check a solution)
+NO_GOLD = "(none stored: the dataset's scorer checks the answer)"
 _CHECKED_ENTRIES = 8  # held-out entries whose oracle answer is scored as the task made them and as a worker will
 
 
@@ -52,15 +55,20 @@ def examples(
     _check_scorer(name, options, generator, held_out[:_CHECKED_ENTRIES])
     held_out_questions = {entry["question"] for entry in held_out}
     train = [
-        Example(id=f"{name}-train-{i}", prompt=prompt(entry), answer=_encode(name, options, entry))
+        Example(id=f"{name}-train-{i}", prompt=prompt(entry), answer=_encode(name, options, entry), gold=shown_gold(entry["answer"]))
         for i, entry in enumerate(training)
         if entry["question"] not in held_out_questions
     ]
     evals = [
-        Example(id=f"{name}-eval-{i}", prompt=prompt(entry), answer=_encode(name, options, entry))
+        Example(id=f"{name}-eval-{i}", prompt=prompt(entry), answer=_encode(name, options, entry), gold=shown_gold(entry["answer"]))
         for i, entry in enumerate(held_out)
     ]
     return train, evals
+
+
+def shown_gold(answer: Any) -> str:
+    """An entry's gold answer as samples.jsonl, wandb and the report show it."""
+    return NO_GOLD if answer is None else shown(answer)
 
 
 def prompt(entry: Mapping[str, Any]) -> str:
@@ -121,8 +129,8 @@ def _generate(name: str, n: int, seed: int, options: dict[str, Any]) -> tuple[An
 def _encode(name: str, options: dict[str, Any], entry: dict[str, Any]) -> str:
     try:
         return encode(name, options, entry)
-    except (TypeError, ValueError) as e:  # no entry of reasoning-gym 0.1.25 does this (all datasets checked)
-        raise ConfigError(f"data.name: a {name} entry cannot be stored as JSON: {e}") from None
+    except (TypeError, ValueError) as e:  # no dataset of reasoning-gym 0.1.25 does this (tests/test_gym_catalogue.py)
+        raise ConfigError(f"data.name: a {name} entry cannot be stored as an answer record: {e}") from None
 
 
 def _check_scorer(name: str, options: dict[str, Any], generator: Any, entries: list[dict[str, Any]]) -> None:

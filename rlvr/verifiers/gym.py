@@ -27,6 +27,8 @@ import ast
 import functools
 import json
 from collections.abc import Iterable
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from rlvr.verifiers import Outcome
@@ -39,7 +41,6 @@ except ImportError:  # the task reports the missing package (rlvr.tasks.gym)
 
 DEFAULT_EXTRACT = ("answer_tag",)  # <answer>...</answer>, the form reasoning-gym's prompts ask for
 MAX_ANSWER_CHARS = 10_000
-_TUPLE = "__tuple__"
 
 # calls an answer may make (integration answers use exp/log/sin/..., countdown none)
 SAFE_CALLS = frozenset(
@@ -122,16 +123,18 @@ def dataset(name: str, options_json: str) -> Any:
 
 
 def encode(name: str, options: dict[str, Any], entry: dict[str, Any]) -> str:
-    """Compact JSON of {"dataset", "options", "entry"}; tuples are tagged so that they come back as tuples
-    (arc_agi and rearc compare tuple grids). TypeError if something in it is not JSON."""
+    """Compact JSON of {"dataset", "options", "entry"}. Values JSON has no form for travel tagged, so that `decode`
+    gives back what the generator made (scorers compare them: arc_agi and rearc tuple grids, gsm_symbolic fractions):
+    tuples, sets, frozensets, Fractions, Decimals, complex numbers, numpy scalars and arrays (with their dtype), and
+    dicts whose keys are not all strings (JSON would turn 1 into "1"). TypeError for anything else that is not JSON."""
     record = {"dataset": name, "options": options, "entry": entry}
-    return json.dumps(_tag_tuples(record), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(_tag(record), separators=(",", ":"), ensure_ascii=False)
 
 
 def decode(answer: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(dataset name, options, entry) from an `encode`d answer; ValueError if it is not one."""
     try:
-        record = json.loads(answer, object_hook=_untag_tuple)
+        record = json.loads(answer, object_hook=_untag)
         name, options, entry = record["dataset"], record["options"], record["entry"]
     except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"not a reasoning-gym answer record: {answer[:80]!r} ({type(e).__name__}: {e})") from None
@@ -140,15 +143,63 @@ def decode(answer: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     return name, options, entry
 
 
-def _tag_tuples(obj: Any) -> Any:
-    if isinstance(obj, tuple):
-        return {_TUPLE: [_tag_tuples(x) for x in obj]}
+def shown(value: Any) -> str:
+    """An entry's answer as a person reads it (samples.jsonl's `gold`): a string as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(_tag(value), ensure_ascii=False)
+
+
+def _tag(obj: Any) -> Any:
+    """obj with every value JSON cannot hold as it is replaced by a one-key {"__kind__": payload} dict (_untag)."""
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
     if isinstance(obj, list):
-        return [_tag_tuples(x) for x in obj]
+        return [_tag(x) for x in obj]
     if isinstance(obj, dict):
-        return {k: _tag_tuples(v) for k, v in obj.items()}
+        if all(isinstance(k, str) for k in obj) and not (len(obj) == 1 and next(iter(obj)) in _TAGS):
+            return {k: _tag(v) for k, v in obj.items()}
+        return {"__dict__": [[_tag(k), _tag(v)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_tag(x) for x in obj]}
+    if isinstance(obj, frozenset):  # (before set: a frozenset is no set subclass, but keep the order explicit)
+        return {"__frozenset__": [_tag(x) for x in obj]}
+    if isinstance(obj, set):
+        return {"__set__": [_tag(x) for x in obj]}
+    if isinstance(obj, Fraction):
+        return {"__fraction__": [obj.numerator, obj.denominator]}
+    if isinstance(obj, Decimal):
+        return {"__decimal__": str(obj)}
+    if isinstance(obj, complex):
+        return {"__complex__": [obj.real, obj.imag]}
+    if type(obj).__module__ == "numpy" and hasattr(obj, "dtype"):  # a numpy scalar or array (numpy not imported here)
+        value = obj.tolist()
+        return {"__numpy__": [str(obj.dtype), _tag(value), type(obj).__name__ != "ndarray"]}  # dtype, value, scalar?
+    raise TypeError(f"Object of type {type(obj).__name__} cannot be stored as JSON ({obj!r:.80})")
+
+
+def _untag(obj: dict[str, Any]) -> Any:
+    if len(obj) != 1:
+        return obj
+    kind, payload = next(iter(obj.items()))
+    if kind == "__tuple__":
+        return tuple(payload)
+    if kind == "__set__":
+        return set(payload)
+    if kind == "__frozenset__":
+        return frozenset(payload)
+    if kind == "__fraction__":
+        return Fraction(*payload)
+    if kind == "__decimal__":
+        return Decimal(payload)
+    if kind == "__complex__":
+        return complex(*payload)
+    if kind == "__dict__":
+        return {k: v for k, v in payload}  # a tuple key came back as a tuple already (inner objects decode first)
+    if kind == "__numpy__":
+        import numpy as np
+
+        dtype, value, scalar = payload
+        return np.dtype(dtype).type(value) if scalar else np.array(value, dtype=dtype)
     return obj
 
 
-def _untag_tuple(obj: dict[str, Any]) -> Any:
-    return tuple(obj[_TUPLE]) if len(obj) == 1 and _TUPLE in obj else obj
+_TAGS = ("__tuple__", "__set__", "__frozenset__", "__fraction__", "__decimal__", "__complex__", "__dict__", "__numpy__")
