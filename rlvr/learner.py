@@ -4,7 +4,8 @@ Every rank holds a shard of every parameter (`fully_shard` per decoder layer and
 trains the plain module). Every rank is handed the same full batch; each computes logprobs for, and trains
 on, its own contiguous share of the rows, and the loss normalizers are the batch's global counts, so the
 summed gradient over micro-batches and ranks is the full-batch gradient (rlvr.algo.aggregate). After the
-updates the full weights are gathered one parameter at a time for the rollout engine.
+updates the full weights are gathered one parameter at a time for the rollout engine. The LM head's chunked logprobs
+are rlvr.lm_head's, the micro-batch plan rlvr.batching's.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -22,6 +22,7 @@ from typing import cast
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -33,205 +34,33 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from rlvr import algo, distributed
+from rlvr.batching import micro_batches, split_to
 from rlvr.config import ConfigError
+from rlvr.lm_head import has_plain_head, response_logprobs
+from rlvr.settings import DeviceSpec
 from rlvr.types import RolloutBatch
 
-# Logits are computed this many bytes at a time (fp32 [tokens, vocab]): 341 tokens of a 49k vocabulary, 110 of 152k.
-LOGITS_CHUNK_BYTES = 64 * 2**20
 # devices with torch's fused AdamW kernel (torch.utils._foreach_utils._get_fused_kernels_supported_devices, less the rare ones)
 FUSED_OPTIMIZER_DEVICES = ("cpu", "cuda", "xpu", "mps")
 
 
-class _TokenLogprobs(torch.autograd.Function):
-    """log softmax(h W^T / temperature)[target] (and the entropy) for M tokens, in chunks of tokens.
-
-    Only one chunk's [chunk, V] logits exist at a time, in forward and in backward (which recomputes them from the
-    saved hidden states: one more [M, H] x [H, V] product than autograd would do, no [M, V] tensor kept). The chunk
-    buffers are allocated once per call and reused in place: a fresh 64 MiB tensor per chunk costs more in page faults
-    on a CPU than its exp. Softmax, logsumexp and the weight gradient's accumulation run in float32 (float64 stays).
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, with_entropy):  # type: ignore[no-untyped-def, override]
-        acc = torch.promote_types(hidden.dtype, torch.float32)
-        m, v = hidden.shape[0], weight.shape[0]
-        chunk = max(1, min(m, LOGITS_CHUNK_BYTES // (4 * v)))
-        z_buf = torch.empty(chunk, v, dtype=acc, device=hidden.device)  # [c, V] logits, then shifted logits
-        e_buf = torch.empty(chunk, v, dtype=acc, device=hidden.device)  # [c, V] exp of the shifted logits
-        logp = torch.empty(m, dtype=acc, device=hidden.device)  # [M]
-        lse = torch.empty(m, dtype=acc, device=hidden.device)  # [M]
-        entropy = torch.zeros(m if with_entropy else 0, dtype=acc, device=hidden.device)  # [M] or [0]
-        for s in range(0, m, chunk):
-            z, e = _logits(hidden[s : s + chunk], weight, temperature, z_buf), e_buf[: min(chunk, m - s)]  # [c, V]
-            top = z.amax(-1, keepdim=True)  # [c, 1]
-            z.sub_(top)
-            torch.exp(z, out=e)
-            log_sum = e.sum(-1).log_()  # [c]
-            lse[s : s + chunk] = top[:, 0] + log_sum
-            logp[s : s + chunk] = z.gather(-1, targets[s : s + chunk, None])[:, 0] - log_sum
-            if with_entropy:  # H = log sum exp(z') - sum softmax(z') z'  with z' = z - max z
-                entropy[s : s + chunk] = log_sum - e.mul_(z).sum(-1) / log_sum.exp()
-        ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature = temperature
-        ctx.mark_non_differentiable(entropy)
-        return logp, entropy
-
-    @staticmethod
-    def backward(ctx, grad_logp, grad_entropy):  # type: ignore[no-untyped-def, override]
-        hidden, weight, targets, lse = ctx.saved_tensors
-        acc = lse.dtype
-        m, v = hidden.shape[0], weight.shape[0]
-        chunk = max(1, min(m, LOGITS_CHUNK_BYTES // (4 * v)))
-        z_buf = torch.empty(chunk, v, dtype=acc, device=hidden.device)  # [c, V]
-        grad_hidden = torch.empty_like(hidden)  # [M, H]
-        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)  # [V, H]
-        for s in range(0, m, chunk):
-            h, g = hidden[s : s + chunk], grad_logp[s : s + chunk].to(acc)  # [c, H], [c]
-            dz = _logits(h, weight, ctx.temperature, z_buf)  # [c, V]
-            dz.sub_(lse[s : s + chunk, None]).exp_().mul_(-g[:, None])  # d logp / dz = onehot(target) - softmax(z)
-            dz.scatter_add_(-1, targets[s : s + chunk, None], g[:, None])
-            if ctx.temperature != 1.0:
-                dz.div_(ctx.temperature)  # now the gradient of the raw logits h W^T
-            dz_c = dz if dz.dtype == hidden.dtype else dz.to(hidden.dtype)
-            grad_hidden[s : s + chunk] = dz_c @ weight
-            if dz_c.dtype == acc:
-                grad_weight.addmm_(dz_c.T, h)
-            else:
-                grad_weight += (dz_c.T @ h).to(acc)
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
-
-
-def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, buffer: torch.Tensor) -> torch.Tensor:
-    """hidden [c, H] @ weight[V, H]^T / temperature into the first c rows of `buffer` (its dtype): [c, V]."""
-    z = buffer[: hidden.shape[0]]
-    if hidden.dtype == buffer.dtype:
-        torch.matmul(hidden, weight.T, out=z)
-    else:
-        z.copy_(hidden @ weight.T)  # bf16 product, fp32 softmax
-    if temperature != 1.0:
-        z.div_(temperature)
-    return z
-
-
-def token_logprobs(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs of `targets` [M] under softmax(hidden [M, H] @ weight [V, H]^T / temperature): [M], and the entropy
-    [M] (no gradient) if asked. Peak memory is one chunk of logits, not [M, V]. Under autocast the product runs in
-    autocast's dtype, as the LM head's would."""
-    device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):
-        dtype = torch.get_autocast_dtype(device_type)
-        hidden, weight = hidden.to(dtype), weight.to(dtype)
-    with torch.autocast(device_type, enabled=False):
-        logp, entropy = _TokenLogprobs.apply(hidden, weight, targets, temperature, with_entropy)
-    return logp, entropy if with_entropy else None
-
-
 @contextlib.contextmanager
-def _head_replaced(head: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
-    """While active, calling the LM head runs `forward` instead (inside the model's forward, where FSDP2 has gathered
-    every weight)."""
-    head.forward = forward  # type: ignore[method-assign]
+def _parameters_on_meta() -> Iterator[None]:
+    """Modules built inside get their parameters on the meta device (no memory) and their buffers as usual (rotary
+    tables are computed at construction and are in no checkpoint), as accelerate's init_empty_weights(include_buffers=
+    False) does."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and param.device.type != "meta":  # (a meta one is being shared: tied embeddings stay tied)
+            module._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:
-        del head.forward
-
-
-def has_plain_head(model: PreTrainedModel, device: torch.device) -> bool:
-    """Whether the model's logits are exactly its LM head's weight times the last hidden state (a bias-free Linear,
-    called by the forward, no soft-capping or scaling after it), checked on a few tokens; a collective under FSDP2
-    (every rank calls it)."""
-    head = model.get_output_embeddings()
-    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
-        return False
-    ids = torch.arange(5, device=device)[None] % model.config.vocab_size  # [1, 5]
-    seen: dict[str, torch.Tensor] = {}
-
-    def plain(hidden: torch.Tensor) -> torch.Tensor:
-        seen["logits"] = hidden @ head.weight.T  # [1, 5, V]
-        return seen["logits"]
-
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits  # [1, 5, V]
-        with _head_replaced(head, plain):
-            model(input_ids=ids)
-    return "logits" in seen and torch.allclose(logits.float(), seen["logits"].float(), rtol=1e-4, atol=1e-4)
-
-
-def response_logprobs(
-    model: PreTrainedModel,
-    batch: RolloutBatch,
-    *,
-    with_entropy: bool = False,
-    temperature: float = 1.0,
-    plain_head: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs of the response tokens under `model` at `temperature`: [N, T] (and the entropy [N, T] if asked).
-
-    Only what the responses need is computed: the rows are cut to this batch's longest row (no compute on the padding
-    that a longer row elsewhere in the step added), and the LM head runs only at response tokens, a chunk of tokens at
-    a time (`token_logprobs`): no [rows, length, vocab] logits. A model whose logits are not its head's plain product
-    (plain_head False: soft-capping, scaling) takes the model's own logits from the earliest response position on.
-    Entries outside the response mask are 0.
-    """
-    width = int(batch.attention_mask.sum(1).max())  # the longest row here (rows are right-padded)
-    t = int(batch.response_mask.sum(1).max().clamp(min=1))  # the longest response here
-    first = int(batch.response_index[:, 0].min())  # the earliest position whose logits predict a response token
-    keep = width - first  # the last `keep` positions hold every predicting logit
-    rows, cols = batch.response_mask[:, :t].bool().nonzero(as_tuple=True)  # [M] each: the response tokens
-    positions = batch.response_index[rows, cols] - first  # [M] their predicting positions among the kept ones
-    targets = batch.response_ids[rows, cols]  # [M]
-    inputs = dict(input_ids=batch.input_ids[:, :width], attention_mask=batch.attention_mask[:, :width], logits_to_keep=keep)
-    if plain_head:
-        head = model.get_output_embeddings()
-        out: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
-
-        def response_head(hidden: torch.Tensor) -> torch.Tensor:  # [N, keep, H] -> no logits
-            out["logp"] = token_logprobs(hidden[rows, positions], head.weight, targets, temperature=temperature, with_entropy=with_entropy)
-            return hidden[:, :0]
-
-        with _head_replaced(head, response_head):
-            model(**inputs)
-        logp_flat, entropy_flat = out["logp"]  # [M], [M] | None
-    else:
-        z = model(**inputs).logits[rows, positions]  # [M, V]
-        z = z.to(torch.promote_types(z.dtype, torch.float32)) / temperature
-        logp_flat = torch.log_softmax(z, dim=-1).gather(-1, targets[:, None])[:, 0]  # [M]
-        entropy_flat = algo.entropy_from_logits(z.detach()) if with_entropy else None
-
-    def scatter(values: torch.Tensor) -> torch.Tensor:  # [M] -> [N, T]
-        return values.new_zeros(batch.response_mask.shape).index_put((rows, cols), values)
-
-    return scatter(logp_flat), None if entropy_flat is None else scatter(entropy_flat)
-
-
-def micro_batches(lengths: list[int], *, max_rows: int, max_tokens: int) -> list[list[int]]:
-    """Row indices grouped into micro-batches that each pad only to their own longest row.
-
-    Rows are taken longest first; a micro-batch grows while its padded size (rows x its longest row) stays within
-    max_tokens (0: no token budget) and its rows within max_rows. A row longer than max_tokens is a micro-batch alone.
-    """
-    plan: list[list[int]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):  # stable: equal lengths keep their order
-        current = plan[-1] if plan else None
-        if current is None or len(current) >= max_rows or (max_tokens and (len(current) + 1) * lengths[current[0]] > max_tokens):
-            plan.append([i])
-        else:
-            current.append(i)
-    return plan
-
-
-def split_to(plan: list[list[int]], lengths: list[int], count: int) -> list[list[int]]:
-    """The plan with its largest micro-batches (in padded tokens) halved until it has `count` of them (every FSDP2 rank
-    must run as many forward/backward passes as the others). Needs count <= the number of rows."""
-    plan = [list(p) for p in plan]
-    while len(plan) < count:
-        j = max((k for k in range(len(plan)) if len(plan[k]) > 1), key=lambda k: len(plan[k]) * lengths[plan[k][0]])
-        half = len(plan[j]) // 2
-        plan[j : j + 1] = [plan[j][:half], plan[j][half:]]
-    return plan
+        torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
 def keep_freed_memory() -> None:
@@ -250,23 +79,6 @@ def keep_freed_memory() -> None:
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
     libc.mallopt(m_mmap_threshold, 32 * 2**20)
     libc.mallopt(m_trim_threshold, 2 * 2**30)
-
-
-def bf16_is_faster(device: torch.device, hidden_size: int) -> bool:
-    """Whether bf16 matmuls beat fp32 ones here: always on CUDA; on a CPU, measured once ([512, H] x [H, 4H], a
-    decoder MLP's shape) and true when bf16 is at least 1.5x faster (AMX and AVX512-BF16 CPUs; AVX2 emulates bf16 and
-    ran 8x slower than fp32 on an AMD EPYC without AVX-512)."""
-    if device.type == "cuda":
-        return True
-    seconds = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        a, w = torch.randn(512, hidden_size, dtype=dtype), torch.randn(4 * hidden_size, hidden_size, dtype=dtype)
-        a @ w.T  # warm-up
-        t0 = time.perf_counter()
-        for _ in range(3):
-            a @ w.T
-        seconds[dtype] = time.perf_counter() - t0
-    return seconds[torch.bfloat16] * 1.5 <= seconds[torch.float32]
 
 
 def lr_factor(update: int, *, warmup: int, total: int, schedule: str) -> float:
@@ -304,6 +116,8 @@ class Learner:
         activation_checkpointing: bool = False,
         cpu_offload: bool = False,
         shard: bool | None = None,
+        logits_chunk_tokens: int = 0,
+        tf32: bool = False,
     ) -> None:
         distributed.init()
         self.model_path = model_path
@@ -314,13 +128,13 @@ class Learner:
             keep_freed_memory()
         if cpu_offload and self.device.type != "cuda":
             raise ConfigError("trainer.cpu_offload moves FSDP2 state from the GPU to the CPU; on a CPU-only machine it does nothing useful: set it to false")
-        # auto: bf16 compute where bf16 matmuls are faster (CUDA; CPUs with AMX or AVX512-BF16), for fp32 weights only
-        # (float64 asks for exact arithmetic); rank 0 decides for all, so that every rank computes alike
-        if precision == "auto" and dtype == "float32":
-            hidden = AutoConfig.from_pretrained(model_path).hidden_size
-            precision = distributed.broadcast_object("bf16" if bf16_is_faster(self.device, hidden) else "fp32")
+        # precision comes resolved (rlvr.settings); auto here, for direct users of the class, takes the same rule
+        if precision == "auto":
+            precision = "bf16" if dtype == "float32" and DeviceSpec.detect().bf16 else "fp32"
         bf16 = precision == "bf16"
         self.precision = "bf16" if bf16 else dtype
+        if tf32:  # the matmuls left in fp32 (none of the model's under bf16) use TF32 tensor cores
+            torch.set_float32_matmul_precision("high")
         self.mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
         self.offload: OffloadPolicy = CPUOffloadPolicy(pin_memory=True) if cpu_offload else OffloadPolicy()
         # FSDP2 over a single rank shards nothing but puts DTensor dispatch and parameter copy-in/out on every op
@@ -330,7 +144,8 @@ class Learner:
         self.autocast_dtype = torch.bfloat16 if bf16 and not self.sharded else None
         self.model = self._build(dtype, activation_checkpointing)
         self.model.train()
-        self.reference = self._build(dtype, False).eval().requires_grad_(False) if with_reference else None
+        # the frozen reference only ever runs forward in the compute dtype: store it so (half the memory under bf16)
+        self.reference = self._build("bfloat16" if bf16 else dtype, False).eval().requires_grad_(False) if with_reference else None
         # fused: one kernel over all parameters instead of a Python loop of per-tensor ops (CPU and CUDA since torch 2.4;
         # DTensor shards included): the built-in model's AdamW step takes 0.6 instead of 2.7 ms on 2 CPU cores
         fused = self.device.type in FUSED_OPTIMIZER_DEVICES
@@ -342,17 +157,27 @@ class Learner:
         self.micro_batch_rows = micro_batch_rows
         self.micro_batch_tokens = micro_batch_tokens
         self.temperature = temperature
+        self.logits_chunk_tokens = logits_chunk_tokens  # 0: rlvr.settings' CPU rule
         self.plain_head = has_plain_head(self.model, self.device)  # else response logprobs take the model's own logits
 
     def _build(self, dtype: str, activation_checkpointing: bool) -> PreTrainedModel:
-        """The model from `model_path` on this rank's device: fully_shard-ed per decoder layer and at the root
-        when sharded. Every rank reads the full checkpoint into CPU memory first, then keeps only its shard."""
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype))
-        if activation_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        """The model from `model_path` on this rank's device: fully_shard-ed per decoder layer and at the root when
+        sharded. Sharded, only rank 0 reads the checkpoint; every rank builds the model with its parameters on the meta
+        device (no memory), shards it, allocates its own shards, and rank 0 broadcasts the weights into them: one full
+        copy on one rank instead of one per rank (227 GiB of fp32 per 8-rank node for a 7B model)."""
+        torch_dtype = getattr(torch, dtype)
         if not self.sharded:
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype)
+            if activation_checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             torch.nn.Module.to(model, self.device)  # (not through transformers' `to`, which mypy mis-types)
             return model
+        full = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype).state_dict() if self.rank == 0 else {}
+        with _parameters_on_meta():
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.model_path), dtype=torch_dtype)
+        if activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        buffers = {name: b.clone() for name, b in model.named_buffers()}  # rotary tables etc., computed, not stored
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         layer_types = set(getattr(model, "_no_split_modules", None) or [])  # HF's name for the decoder block class
         layers = [m for m in model.modules() if type(m).__name__ in layer_types]
@@ -361,8 +186,12 @@ class Learner:
         for layer in layers:
             fully_shard(layer, mesh=mesh, mp_policy=self.mp_policy, offload_policy=self.offload)
         fully_shard(model, mesh=mesh, mp_policy=self.mp_policy, offload_policy=self.offload)
-        if not isinstance(self.offload, CPUOffloadPolicy):
-            torch.nn.Module.to(model, self.device)  # the shards (not through transformers' `to`, which mypy mis-types)
+        model.to_empty(device="cpu" if isinstance(self.offload, CPUOffloadPolicy) else self.device)  # this rank's shards
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, full, options=options)  # rank 0's weights into every rank's shards
         return model
 
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -377,6 +206,12 @@ class Learner:
             raise ValueError(f"{num_rows} rows cannot be split evenly over {self.world_size} ranks")
         share = num_rows // self.world_size
         return slice(self.rank * share, (self.rank + 1) * share)
+
+    def release_memory(self) -> None:
+        """Hand the learner's cached, unused GPU blocks back to the device, so that the engine can wake into them
+        (rlvr.rollout.Engine.load_weights); nothing on a CPU."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # the allocator keeps freed activation blocks otherwise; vLLM's own pool cannot use them
 
     def refresh_reference(self) -> None:
         """pi_ref <- pi_theta (shard by shard: both models are sharded the same way)."""
@@ -400,7 +235,8 @@ class Learner:
 
     def _response_logprobs(self, model: PreTrainedModel, batch: RolloutBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         with self._autocast():
-            return response_logprobs(model, batch, with_entropy=with_entropy, temperature=self.temperature, plain_head=self.plain_head)
+            return response_logprobs(model, batch, with_entropy=with_entropy, temperature=self.temperature,
+                                     plain_head=self.plain_head, chunk_tokens=self.logits_chunk_tokens)  # fmt: skip
 
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch, *, reference: bool = False) -> torch.Tensor:
@@ -449,9 +285,9 @@ class Learner:
         extremes: dict[str, torch.Tensor] = {}  # "max" metrics, and "min" ones negated
         entropy_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         plan = self._micro_batches(batch)
-        for j, micro in enumerate(plan):  # micro: row indices [m]
-            if isinstance(self.model, FSDPModule):
-                self.model.set_requires_gradient_sync(j == len(plan) - 1)  # reduce-scatter once, after the last micro-batch
+        # FSDP2 reduce-scatters each micro-batch's gradients as its backward ends, so every rank keeps only its shard of
+        # them (skipping the sync until the last micro-batch would keep unsharded fp32 gradients: 28 GiB at 7B)
+        for micro in plan:  # micro: row indices [m]
             part = batch.select(micro)
             logp, entropy = self._response_logprobs(self.model, part, True)  # [m, T]
             loss, metrics = algo.policy_loss_terms(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr import learner as learner_module
-from rlvr.learner import Learner, has_plain_head, micro_batches, response_logprobs, split_to, token_logprobs
+from rlvr.batching import micro_batches, split_to
+from rlvr.learner import Learner
+from rlvr.lm_head import has_plain_head, response_logprobs, token_logprobs
 from rlvr.models import resolve_model_path
 from rlvr.types import Completion, RolloutBatch
 
@@ -120,8 +121,8 @@ def test_micro_batches_pad_each_to_its_own_longest_row():
     assert evened == [[1], [6], [4], [7], [2], [3, 0], [5]]
 
 
-def test_token_logprobs_match_float64_log_softmax_and_gradcheck(monkeypatch):
-    monkeypatch.setattr(learner_module, "LOGITS_CHUNK_BYTES", 4 * 11 * 3)  # 3 tokens per chunk of an 11-word vocabulary
+def test_token_logprobs_match_float64_log_softmax_and_gradcheck():
+    chunk = 3  # tokens per chunk of logits: 8 tokens make chunks of 3, 3, 2
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(8, 5, generator=g, dtype=torch.float64, requires_grad=True)  # [M, H]
     weight = torch.randn(11, 5, generator=g, dtype=torch.float64, requires_grad=True)  # [V, H]
@@ -129,9 +130,9 @@ def test_token_logprobs_match_float64_log_softmax_and_gradcheck(monkeypatch):
     for temperature in (1.0, 0.7):
 
         def logp_of(h: torch.Tensor, w: torch.Tensor, temperature: float = temperature) -> torch.Tensor:
-            return token_logprobs(h, w, targets, temperature=temperature)[0]
+            return token_logprobs(h, w, targets, temperature=temperature, chunk_tokens=chunk)[0]
 
-        logp, entropy = token_logprobs(hidden, weight, targets, temperature=temperature, with_entropy=True)
+        logp, entropy = token_logprobs(hidden, weight, targets, temperature=temperature, with_entropy=True, chunk_tokens=chunk)
         z = hidden @ weight.T / temperature  # [M, V]
         expected = torch.log_softmax(z, -1).gather(-1, targets[:, None])[:, 0]
         torch.testing.assert_close(logp, expected, rtol=0, atol=1e-13)
