@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -103,7 +104,7 @@ class PiOld(str, enum.Enum):
 
 
 class Precision(str, enum.Enum):
-    auto = "auto"  # bf16 where bf16 matmuls are faster (GPU; CPUs with AMX / AVX512-BF16), else fp32; fp32 master weights
+    auto = "auto"  # resolved by rlvr.settings: bf16 on GPUs and on CPUs with AMX / AVX512-BF16, else fp32
     bf16 = "bf16"
     fp32 = "fp32"
 
@@ -149,10 +150,13 @@ class RolloutConfig:
     max_new_tokens: int = MISSING  # L_max
     temperature: float = MISSING
     top_p: float = MISSING
-    dtype: str = MISSING
+    dtype: str = MISSING  # auto | float32 | bfloat16 | float16 (rlvr.settings)
     stop: list[str] = MISSING  # extra stop strings; the model's EOS / end-of-turn tokens always stop
+    cuda_graphs: Any = MISSING  # auto | true | false (rlvr.settings)
+    sleep: Any = MISSING  # auto | true | false: the engine frees the GPU during the learner's phases (rlvr.settings)
     gpu_memory_utilization: float = MISSING
     cpu_kv_cache_gib: int = MISSING
+    kv_cache_gib: Any = MISSING  # GPU: the engine's KV cache in GiB; auto (rlvr.settings)
     tensor_parallel_size: int = MISSING  # engine ranks per model copy under torchrun; 1 = one engine per rank
 
 
@@ -216,11 +220,13 @@ class TrainerConfig:
     warmup_steps: int = MISSING
     lr_schedule: LRSchedule = MISSING
     micro_batch_rows: int = MISSING  # the most rows per forward/backward
-    micro_batch_tokens: int = MISSING  # padded tokens (rows x longest) per forward/backward; 0 = rows only
+    micro_batch_tokens: Any = MISSING  # padded tokens (rows x longest) per forward/backward; 0 = rows only; auto
     eval_every: int = MISSING
-    torch_threads: int = MISSING
-    precision: Precision = MISSING  # learner compute precision under FSDP2
-    activation_checkpointing: bool = MISSING
+    torch_threads: Any = MISSING  # int | auto
+    precision: Precision = MISSING  # learner compute precision
+    tf32: Any = MISSING  # auto | true | false: TF32 matmuls for the fp32 ones left on CUDA
+    logits_chunk_tokens: Any = MISSING  # int | auto: tokens per chunk of the LM head's logits
+    activation_checkpointing: Any = MISSING  # auto | true | false
     cpu_offload: bool = MISSING  # FSDP2 parameters, gradients and optimizer state on CPU
     save_every: int = MISSING  # checkpoint every N steps (and at the end); 0 = at the end only
     keep_last: int = MISSING  # complete checkpoints kept on disk
@@ -317,6 +323,25 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
     return cfg
 
 
+AUTO = "auto"  # a device-dependent setting that rlvr.settings resolves at start-up
+ENGINE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def auto_or(section: Any, prefix: str, name: str, kind: type, minimum: int | None = None, note: str = "") -> None:
+    """Check a field that takes `auto` or a value of `kind` (an int >= minimum), naming the key when it does not."""
+    value = getattr(section, name)
+    if value == AUTO:
+        return
+    if kind is bool:
+        ok = isinstance(value, bool)
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum)
+    if not ok:
+        bound = f" >= {minimum}" if minimum is not None else ""
+        what = "true or false" if kind is bool else f"an integer{bound}"
+        raise ConfigError(f"{prefix}.{name} must be auto or {what}{f' ({note})' if note else ''}, got {value!r}")
+
+
 def check(cfg: Config) -> None:
     """Cross-field checks: each error names the key(s) at fault."""
     a, r, t = cfg.algo, cfg.rollout, cfg.trainer
@@ -332,7 +357,6 @@ def check(cfg: Config) -> None:
         "algo.max_gen_batches": a.max_gen_batches,
         "rollout.max_new_tokens": r.max_new_tokens,
         "trainer.micro_batch_rows": t.micro_batch_rows,
-        "trainer.torch_threads": t.torch_threads,
         "trainer.keep_last": t.keep_last,
         "trainer.max_bad_steps": t.max_bad_steps,
         "rollout.tensor_parallel_size": r.tensor_parallel_size,
@@ -355,8 +379,17 @@ def check(cfg: Config) -> None:
         raise ConfigError(f"algo.clip_low must be in [0, 1) and algo.clip_high >= 0, got {a.clip_low}, {a.clip_high}")
     if a.clip_ratio_c is not None and a.clip_ratio_c <= 1:
         raise ConfigError(f"algo.clip_ratio_c must be > 1 (or null), got {a.clip_ratio_c}")
-    if t.micro_batch_tokens < 0:
-        raise ConfigError(f"trainer.micro_batch_tokens must be >= 0 (0 = no token budget), got {t.micro_batch_tokens}")
+    auto_or(r, "rollout", "cuda_graphs", bool)
+    auto_or(r, "rollout", "sleep", bool)
+    auto_or(t, "trainer", "tf32", bool)
+    if r.kv_cache_gib != AUTO and not (isinstance(r.kv_cache_gib, int | float) and r.kv_cache_gib > 0):
+        raise ConfigError(f"rollout.kv_cache_gib must be auto or a size in GiB > 0, got {r.kv_cache_gib!r}")
+    auto_or(t, "trainer", "activation_checkpointing", bool)
+    auto_or(t, "trainer", "micro_batch_tokens", int, 0, "0 = no token budget")
+    auto_or(t, "trainer", "torch_threads", int, 1)
+    auto_or(t, "trainer", "logits_chunk_tokens", int, 1)
+    if r.dtype not in ENGINE_DTYPES:
+        raise ConfigError(f"rollout.dtype must be one of {', '.join(ENGINE_DTYPES)}, got {r.dtype!r}")
     if a.rollout_correction_cap < 1:
         raise ConfigError(
             f"algo.rollout_correction_cap must be >= 1, got {a.rollout_correction_cap}: it caps pi_old / pi_engine, "
@@ -390,3 +423,48 @@ def check(cfg: Config) -> None:
                           f"in (0, 1], got {e.n}, {e.seed}, {e.temperature}, {e.top_p}")  # fmt: skip
     if r.temperature <= 0 or not 0 < r.top_p <= 1:
         raise ConfigError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {r.temperature}, {r.top_p}")
+
+
+def check_world(cfg: Config, world_size: int) -> None:
+    """The start-up checks that depend on the number of ranks (torchrun's world), before anything loads."""
+    problems = world_problems(cfg, world_size)
+    if problems:
+        raise ConfigError(problems[0])
+
+
+def world_problems(cfg: Config, world_size: int) -> list[str]:
+    """What stops a run on `world_size` ranks, each saying what to set (`rlvr plan` lists them before GPUs are rented):
+    the world splits into whole engines, every engine gets whole groups of an equal share of each round, and every
+    rank the same number of rows of each mini-batch (FSDP2's collectives run in lock-step)."""
+    a, tp = cfg.algo, cfg.rollout.tensor_parallel_size
+    if world_size % tp:
+        return [_engines_problem(tp, world_size)]
+    problems = []
+    engines = world_size // tp
+    if a.prompts_per_step % engines:
+        fit = -(-a.prompts_per_step // engines) * engines
+        problems.append(
+            f"with {world_size} ranks ({engines} engines), algo.prompts_per_step ({a.prompts_per_step}) must be a "
+            f"multiple of {engines}: each engine samples whole groups of an equal share; set algo.prompts_per_step={fit}"
+        )
+    rows = a.prompts_per_minibatch * a.group_size
+    if rows % world_size:
+        step = world_size // math.gcd(a.group_size, world_size)  # prompts per mini-batch must be a multiple of this
+        fit = -(-a.prompts_per_minibatch // step) * step
+        problems.append(
+            f"with {world_size} ranks, a mini-batch of algo.prompts_per_minibatch x algo.group_size = "
+            f"{a.prompts_per_minibatch} x {a.group_size} = {rows} rows does not split evenly over the ranks; set "
+            f"algo.prompts_per_minibatch={fit} (a multiple of {step}; algo.prompts_per_step must stay a multiple of it)"
+        )
+    return problems
+
+
+def check_engines(tensor_parallel_size: int, ranks: int) -> None:
+    """Each engine is tensor_parallel_size consecutive ranks: the world must split into whole engines."""
+    if ranks % tensor_parallel_size:
+        raise ConfigError(_engines_problem(tensor_parallel_size, ranks))
+
+
+def _engines_problem(tensor_parallel_size: int, ranks: int) -> str:
+    return (f"rollout.tensor_parallel_size ({tensor_parallel_size}) must divide the number of ranks ({ranks}); under a "
+            "world of one, set rollout.tensor_parallel_size=1 or launch with torchrun")  # fmt: skip

@@ -55,6 +55,11 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
+def local_world_size() -> int:
+    """Ranks on this machine (torchrun's LOCAL_WORLD_SIZE): they share its CPU cores."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
 def is_main() -> bool:
     return rank() == 0
 
@@ -67,17 +72,6 @@ def device() -> torch.device:
 def engine_index(tensor_parallel_size: int) -> tuple[int, int]:
     """(this rank's engine, the number of engines): each engine is tensor_parallel_size consecutive ranks."""
     return rank() // tensor_parallel_size, world_size() // tensor_parallel_size
-
-
-def check_engines(tensor_parallel_size: int, ranks: int) -> None:
-    """Each engine is tensor_parallel_size consecutive ranks: the world must split into whole engines."""
-    from rlvr.config import ConfigError
-
-    if ranks % tensor_parallel_size:
-        raise ConfigError(
-            f"rollout.tensor_parallel_size ({tensor_parallel_size}) must divide the number of ranks ({ranks}); "
-            "under a world of one, set rollout.tensor_parallel_size=1 or launch with torchrun"
-        )
 
 
 def all_gather_objects(obj: Any) -> list[Any]:

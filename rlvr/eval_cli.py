@@ -12,9 +12,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlvr.config import GROUPS, ConfigError, override_key, validate
+from rlvr.config import GROUPS, ConfigError, check_engines, override_key, validate
 from rlvr.imports import heavy_imports
+from rlvr.models import is_builtin
 from rlvr.runs import final_step
+from rlvr.settings import AUTO, Settings
 
 APP_KEYS = ("run", "output_dir")  # recipes/eval.yaml's own keys, beside the training config's
 
@@ -79,6 +81,8 @@ def run_config(target: Target, raw: DictConfig, overrides: list[str]) -> DictCon
     assert isinstance(merged, DictConfig)
     if merged.eval.n == 0 and "eval.n" not in keys:  # training's default (greedy only): rlvr eval also samples
         merged.eval.n = raw.eval.n
+    for key in Settings.KEYS.values():  # the device settings are resolved for the machine that evaluates (rlvr.settings)
+        OmegaConf.update(merged, key, AUTO, merge=False)
     for key in keys:
         OmegaConf.update(merged, key, OmegaConf.select(raw, key), merge=False)
     merged.model.path = str(target.model)
@@ -91,23 +95,29 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
     target = None if raw.run is None else locate(Path(raw.run))
     training = OmegaConf.masked_copy(raw, [str(k) for k in raw if k not in ("hydra", *APP_KEYS)])
     cfg = validate(training if target is None else run_config(target, raw, overrides))
+    # a run's model: built-in if the run's was (the settings keep it in fp32); its config.yaml names it
+    builtin = is_builtin(str(OmegaConf.load(target.run / "config.yaml").model.path if target else cfg.model.path))
 
     with heavy_imports():  # torch, vllm: only once the config is valid
         import torch
 
-        from rlvr import checkpoint, distributed, prompts
+        from rlvr import checkpoint, distributed, prompts, settings
         from rlvr.evaluation import evaluate
         from rlvr.models import resolve_model_path
         from rlvr.rewards import Rewarder
         from rlvr.rollout import Engine
 
     distributed.init()
-    distributed.check_engines(cfg.rollout.tensor_parallel_size, distributed.world_size())
+    check_engines(cfg.rollout.tensor_parallel_size, distributed.world_size())
     if (out / "metrics.jsonl").exists():
         raise ConfigError(f"output_dir={out} holds a training run (metrics.jsonl); write the evaluation elsewhere")
     checkpoint.ensure_writable(out)
-    torch.set_num_threads(cfg.trainer.torch_threads)
     model_path = resolve_model_path(cfg.model.path)
+    device = distributed.broadcast_object(settings.DeviceSpec.detect(distributed.local_world_size()))
+    cfg, _, notes = settings.for_run(cfg, model_path, None, device=device, world_size=distributed.world_size(), builtin=builtin)
+    if distributed.is_main():
+        print(*notes, sep="\n")
+    torch.set_num_threads(cfg.trainer.torch_threads)
     _, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
     engine = Engine.from_config(model_path, cfg, max_model_len)

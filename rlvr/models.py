@@ -61,9 +61,14 @@ _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
+def is_builtin(path: str) -> bool:
+    """Whether model.path names a built-in model (rlvr.settings keeps those in fp32 wherever they run)."""
+    return path.startswith("builtin:")
+
+
 def resolve_model_path(path: str) -> str:
     """A local folder (or, for a hub id, the id itself) for `model.path`; ConfigError when none can be loaded."""
-    if path.startswith("builtin:"):
+    if is_builtin(path):
         return _builtin(path.removeprefix("builtin:"))
     if path.startswith("packaged:"):
         return str(packaged_model(path.removeprefix("packaged:")))

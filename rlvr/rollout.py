@@ -1,7 +1,8 @@
-"""The only module that imports vllm: generate, load weights, reset the prefix cache.
+"""The only module that imports vllm: generate, load weights, reset the prefix cache, sleep and wake.
 
 The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so the learner can push
-weights into it directly after every optimizer step, with no serialization.
+weights into it directly after every optimizer step, with no serialization. On a GPU it shares the device with the
+learner: it sleeps while the learner runs and wakes for the weight push and the next rollout (`Memory`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Engine:
         gpu_memory_utilization: float,
         cpu_kv_cache_gib: int,
         tensor_parallel_size: int = 1,
+        cuda_graphs: bool = False,
+        sleep: bool = False,
+        kv_cache_gib: float = 0.0,
     ) -> None:
         distributed.init()  # the engine joins the run's process group (external_launcher), even in a world of one
         cpu = not torch.cuda.is_available()
@@ -64,6 +68,8 @@ class Engine:
         # seeded generator, which CPU generators cannot do ("CPU Generator does not use offset"): seeded sampling of
         # more prompt tokens than one step's budget crashed. Without chunking, a prompt waits for the next step whole.
         no_chunking = dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192)) if cpu else {}
+        # GPU: the KV cache's size in bytes, not what vLLM's profiling finds free (the learner holds part of the device)
+        kv_bytes = dict(kv_cache_memory_bytes=int(kv_cache_gib * 2**30)) if kv_cache_gib > 0 and not cpu else {}
         # vLLM runs full garbage collections while it loads the model and freezes the heap when it is done. One
         # collection now (garbage cycles, such as an earlier engine's, are freed first), then freezing what is left
         # (imports, the learner) lets vLLM's collections scan only the engine's own new objects: the built-in
@@ -78,12 +84,17 @@ class Engine:
             gpu_memory_utilization=gpu_memory_utilization,
             # sampled-token logprobs after temperature and top-p, as the learner computes them (vLLM's default: raw)
             logprobs_mode="processed_logprobs",
-            enforce_eager=True,  # weights change every step; graph capture buys little for RL rollouts
+            # CUDA graphs (GPU): decoding a 0.5-7B model is otherwise bound by kernel launches; weight pushes copy into
+            # the same storage (reload_weights), so captured graphs stay valid. CPU: eager
+            enforce_eager=not cuda_graphs,
+            enable_sleep_mode=sleep,  # GPU only (vLLM rejects it on CPU): the Memory lifecycle below
             # one engine per rank (or per tensor_parallel_size consecutive ranks), inside torchrun's world
             distributed_executor_backend="external_launcher",
             tensor_parallel_size=tensor_parallel_size,
             **no_chunking,  # type: ignore[arg-type]
+            **kv_bytes,  # type: ignore[arg-type]
         )
+        self.memory = Memory(self.llm, enabled=sleep)
         self.tokenizer = self.llm.get_tokenizer()
         self._decodes_texts = uses_fast_detokenizer(self.tokenizer)  # else vLLM's (slow) detokenizer always runs
         # vLLM's sampler wraps two small ops in torch.compile (the sampled token's rank, for logprobs; a seedless
@@ -99,7 +110,8 @@ class Engine:
         r = cfg.rollout
         return cls(model_path, seed=cfg.trainer.seed, max_model_len=max_model_len, dtype=r.dtype,
                    gpu_memory_utilization=r.gpu_memory_utilization, cpu_kv_cache_gib=r.cpu_kv_cache_gib,
-                   tensor_parallel_size=r.tensor_parallel_size)  # fmt: skip
+                   tensor_parallel_size=r.tensor_parallel_size, cuda_graphs=r.cuda_graphs, sleep=r.sleep,
+                   kv_cache_gib=0.0 if r.kv_cache_gib == "auto" else r.kv_cache_gib)  # fmt: skip
 
     def generate(
         self,
@@ -126,6 +138,7 @@ class Engine:
             for s in (seeds if seeds is not None else [None] * len(prompts))
         ]
         requests: list[TokensPrompt] = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
+        self.memory.wake()  # (awake already in the loop: the weight push woke it)
         with torch.compiler.set_stance(self._compiler_stance):
             outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [
@@ -168,20 +181,57 @@ class Engine:
         """Greedy decoding (evaluation): one completion per prompt."""
         return [g[0] for g in self.generate(prompts, n=1, max_tokens=max_tokens, temperature=0.0, top_p=1.0, seeds=None, stop=stop)]
 
+    def sleep(self) -> None:
+        """Free the engine's GPU memory for the learner's phases (rollout.sleep); nothing otherwise."""
+        self.memory.sleep()
+
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace the engine's weights (checkpoint names) and drop cached prefixes of the old ones."""
+        """Replace the engine's weights (checkpoint names) and drop cached prefixes of the old ones. A sleeping engine
+        wakes its weights first and its KV cache after the push, so the two never need the device at once."""
+        self.memory.wake("weights")
         self.llm.collective_rpc(
             "reload_weights",
             kwargs={"weights_iterator": iter(named_tensors), "is_checkpoint_format": True},
         )
         if not torch.cuda.is_available():
             self.llm.collective_rpc(_repack_cpu_embeddings)
+        self.memory.wake("kv_cache")
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
-
 
     def close(self) -> None:
         """Shut the engine down now (it also tears down vLLM's process groups: call before leaving the run's)."""
         self.llm.llm_engine.engine_core.shutdown()
+
+
+class Memory:
+    """The engine's GPU memory around the learner's phases (vLLM sleep mode, as TRL's and verl's colocated engines do).
+
+    sleep(): level 1 (vLLM's LLM.sleep): the weights go to CPU RAM, the KV cache is dropped, the prefix cache reset.
+    wake("weights") before a weight push, wake("kv_cache") after it: the push's temporary tensors and the KV cache are
+    never on the device together. wake() wakes whatever sleeps. Level 2 would drop the weights instead of copying them
+    out (the push replaces every one), but vLLM 0.33 had weights come back wrong after it unless every parameter is
+    reloaded (vllm#29341): level 1 until that is measured safe on a GPU. Disabled (CPU, rollout.sleep=false), every
+    call does nothing. Tested with a fake engine (tests/test_rollout_memory.py): vLLM has no sleep mode on CPU.
+    """
+
+    LEVEL = 1
+    TAGS = ("weights", "kv_cache")  # vLLM's sleep tags (vllm.v1.executor.abstract.SLEEP_TAGS)
+
+    def __init__(self, llm: object, *, enabled: bool) -> None:
+        self.llm = llm
+        self.enabled = enabled
+        self.asleep: set[str] = set()
+
+    def sleep(self) -> None:
+        if self.enabled and not self.asleep:
+            self.llm.sleep(level=self.LEVEL)  # type: ignore[attr-defined]
+            self.asleep = set(self.TAGS)
+
+    def wake(self, tag: str | None = None) -> None:
+        tags = [t for t in self.TAGS if t in self.asleep and tag in (None, t)]
+        if tags:
+            self.llm.wake_up(tags=tags)  # type: ignore[attr-defined]
+            self.asleep -= set(tags)
 
 
 def _repack_cpu_embeddings(worker) -> None:  # type: ignore[no-untyped-def]

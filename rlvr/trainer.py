@@ -22,13 +22,13 @@ import psutil
 import torch
 from omegaconf import OmegaConf
 
-from rlvr import algo, checkpoint, distributed, prompts, samples
-from rlvr.config import Advantage, Config, ConfigError, PiOld
+from rlvr import algo, checkpoint, distributed, prompts, samples, settings
+from rlvr.config import Advantage, Config, ConfigError, PiOld, check_world
 from rlvr.data import PromptStream
 from rlvr.evaluation import evaluate
 from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
-from rlvr.models import resolve_model_path
+from rlvr.models import is_builtin, resolve_model_path
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.runs import FINAL_STEP_FILE
@@ -62,23 +62,29 @@ def train(cfg: Config) -> Path:
     distributed.init()  # torchrun's process group, or a world of one
     check_world(cfg, distributed.world_size())
     out = Path(distributed.broadcast_object(t.output_dir))  # Hydra's timestamped folder may differ per rank: rank 0's
-    torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
 
-    # Start-up checks, before any model loads: the output folder, the data and its prompt budget, the resume
-    # point, the reward functions (the verifier workers start here).
+    # Start-up checks, before any model loads: the output folder, the resume point, the device settings, the data and
+    # its prompt budget, the reward functions (the verifier workers start here).
     checkpoint.ensure_writable(out)
     model_path = resolve_model_path(cfg.model.path)
+    resume_from = checkpoint.resolve_resume(t.resume, out)
+    # every `auto` becomes a value for this device and model (rank 0's device); a resume keeps what the run started with
+    device = distributed.broadcast_object(settings.DeviceSpec.detect(distributed.local_world_size()))
+    cfg, resolved, setting_notes = settings.for_run(cfg, model_path, out if resume_from else None, device=device,
+                                                    world_size=distributed.world_size(), builtin=is_builtin(cfg.model.path))  # fmt: skip
+    a, t = cfg.algo, cfg.trainer
+    torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
     # the token ids the engine and learner will see
     train_set, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
-    resume_from = checkpoint.resolve_resume(t.resume, out)
     if resume_from is None and checkpoint.latest(out) is not None:  # trainer.resume=never over an earlier run
         raise ConfigError(
             f"trainer.resume=never, but {out} already holds checkpoints (newest: {checkpoint.latest(out)}) that this run "
             "would overwrite; choose a new trainer.output_dir, or continue the earlier run with trainer.resume=auto"
         )
     rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
-    if distributed.is_main():
+    if distributed.is_main():  # the config as this run uses it (settings resolved), and the device they were resolved for
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        settings.record(out, device, resolved)
 
     # Model, engine. The engine re-seeds the global RNGs when it starts, so seed after it (a resume restores them).
     stream = PromptStream(train_set, t.seed, cfg.data.skip_solved)
@@ -98,6 +104,8 @@ def train(cfg: Config) -> Path:
         precision=t.precision.value,
         activation_checkpointing=t.activation_checkpointing,
         cpu_offload=t.cpu_offload,
+        logits_chunk_tokens=t.logits_chunk_tokens,
+        tf32=t.tf32,
     )
     engine = Engine.from_config(model_path, cfg, max_model_len)
     seed_everything(t.seed)
@@ -122,8 +130,8 @@ def train(cfg: Config) -> Path:
     run["wandb_id"] = logger.wandb_id
     clock = RunClock(launched, run["elapsed_s"], run["train_s"])
     sizer = RoundSizer.for_config(a, run["informative_frac"])
-    if t.precision.value == "auto":
-        logger.note(f"trainer.precision=auto: the learner computes in {learner.precision} on {learner.device.type}")
+    for note in setting_notes:
+        logger.note(note)
     from_engine = pi_old_from_engine(cfg, learner.precision) and not run["pi_old_fell_back"]
     if from_engine:
         logger.note(f"algo.pi_old={a.pi_old.value}: pi_old is the engine's sampled-token logprobs (the learner checks them at evaluations)")
@@ -168,6 +176,7 @@ def train(cfg: Config) -> Path:
             logger.log({"step": step, "skipped": 1, **metrics, "timing/step_s": t_rollout - t_start, **clock.row()})
             run["step"] = step  # nothing trained; the next checkpoint carries the stream past these prompts
             continue
+        engine.sleep()  # the learner's phases: on a GPU the engine's weights and KV cache leave it (rollout.sleep)
 
         # 5. Group-relative advantages; overlong filtering removes truncated responses from the loss.
         G = a.group_size
@@ -208,6 +217,9 @@ def train(cfg: Config) -> Path:
             group_order = torch.randperm(num_groups, generator=order_rng)  # [num_groups]
             for k in range(minibatches):
                 groups = group_order[k * a.prompts_per_minibatch : (k + 1) * a.prompts_per_minibatch]
+                groups = groups[: splittable_groups(len(groups), G, distributed.world_size())]  # a short last one
+                if len(groups) == 0:
+                    continue
                 rows = (groups[:, None] * G + torch.arange(G)[None, :]).reshape(-1)  # [n]
                 update_metrics.append(
                     learner.update(
@@ -221,7 +233,9 @@ def train(cfg: Config) -> Path:
                 )
         t_update = time.perf_counter()
 
-        # 8. Push the new weights into the engine (its prefix cache is reset there).
+        # 8. Push the new weights into the engine (its prefix cache is reset there). A sleeping engine wakes its weights,
+        # takes the new ones, then wakes its KV cache, into the memory the learner's allocator has just given back.
+        learner.release_memory()
         engine.load_weights(learner.named_weights())
         t_sync = time.perf_counter()
 
@@ -383,16 +397,13 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
-def check_world(cfg: Config, world_size: int) -> None:
-    """Every rank must get whole groups and the same number of rows (FSDP2 collectives run in lock-step)."""
-    a, tp = cfg.algo, cfg.rollout.tensor_parallel_size
-    distributed.check_engines(tp, world_size)
-    if a.prompts_per_step % (world_size // tp) or a.prompts_per_minibatch % world_size:
-        raise ConfigError(
-            f"with {world_size} ranks, algo.prompts_per_step ({a.prompts_per_step}) must be a multiple of "
-            f"{world_size // tp} (ranks / rollout.tensor_parallel_size) and algo.prompts_per_minibatch "
-            f"({a.prompts_per_minibatch}) a multiple of {world_size}: each rank generates and trains on whole groups"
-        )
+def splittable_groups(groups: int, group_size: int, world_size: int) -> int:
+    """The most of `groups` whose rows split evenly over the ranks (each trains on an equal share of every mini-batch).
+    Full mini-batches always split (rlvr.config.check_world); a last, short one of a step that kept fewer than B groups
+    (dynamic sampling) may not, when there are more ranks than G: its leftover groups sit out that update."""
+    while groups * group_size % world_size:
+        groups -= 1
+    return groups
 
 
 def warn_if_unreadable(where: str, no_answer_frac: float, rows: list[dict[str, Any]]) -> None:

@@ -135,3 +135,35 @@ def test_cli_help_lists_groups(rlvr_cli, tmp_path):
     assert result.returncode == 0
     assert "recipe: dapo, dr_grpo, grpo, gspo" in result.stdout
     assert "logger: console, wandb" in result.stdout
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo"])
+def test_every_recipe_starts_on_1_2_4_8_and_16_ranks(recipe):
+    """The README's torchrun commands: each engine samples whole groups, each rank trains on an equal share of rows."""
+    from rlvr.config import check_world
+
+    cfg = validate(compose_config(f"recipe={recipe}"))
+    for world in (1, 2, 4, 8, 16):
+        check_world(cfg, world)
+    assert cfg.algo.prompts_per_minibatch * cfg.algo.group_size % 16 == 0
+
+
+def test_a_world_that_does_not_split_says_what_to_set():
+    from rlvr.config import check_world
+
+    cfg = validate(compose_config("algo.group_size=6", "algo.prompts_per_minibatch=2", "algo.prompts_per_step=24"))
+    check_world(cfg, 4)  # 2 x 6 = 12 rows: 3 per rank
+    with pytest.raises(ConfigError, match=r"2 x 6 = 12 rows does not split evenly over the ranks; set algo\.prompts_per_minibatch=4 \(a multiple of 4"):
+        check_world(cfg, 8)  # 8 / gcd(6, 8) = 4 prompts make 24 rows, 3 per rank
+    with pytest.raises(ConfigError, match=r"algo\.prompts_per_step \(12\) must be a multiple of 8: .* set algo\.prompts_per_step=16"):
+        check_world(validate(compose_config("algo.group_size=8", "algo.prompts_per_minibatch=2", "algo.prompts_per_step=12")), 8)
+    with pytest.raises(ConfigError, match=r"rollout\.tensor_parallel_size \(3\) must divide the number of ranks \(8\)"):
+        check_world(validate(compose_config("rollout.tensor_parallel_size=3")), 8)
+
+
+def test_the_rows_of_a_short_last_minibatch_are_trimmed_to_split():
+    from rlvr.trainer import splittable_groups
+
+    assert [splittable_groups(g, 8, 16) for g in (0, 1, 2, 3, 4)] == [0, 0, 2, 2, 4]  # 8 rows cannot go to 16 ranks
+    assert [splittable_groups(g, 8, 2) for g in (1, 3)] == [1, 3]
+    assert splittable_groups(5, 6, 4) == 4  # 5 x 6 = 30 rows: 4 groups (24 rows) split over 4 ranks

@@ -106,10 +106,11 @@ def test_epochs_reference_refresh_and_overlong_filter(rlvr_cli, tmp_path):
     "overrides, precision, expected",
     [
         ([], "float32", False),  # the recipes: the learner's pass
-        (["algo.pi_old=auto"], "float32", True),  # the built-in model's engine samples in fp32, its learner computes in fp32
+        # the built-in model's engine samples in fp32 (rollout.dtype=auto resolves so), its learner computes in fp32
+        (["algo.pi_old=auto", "rollout.dtype=float32"], "float32", True),
         (["algo.pi_old=auto"], "bf16", False),
         (["algo.pi_old=auto", "rollout.dtype=bfloat16"], "float32", False),
-        (["algo.pi_old=auto", "rollout.dtype=auto"], "float32", False),  # vLLM may downcast
+        (["algo.pi_old=auto", "rollout.dtype=auto"], "float32", False),  # unresolved: it may become bf16
         (["algo.pi_old=auto", "rollout.top_p=0.9"], "float32", False),  # the engine's are renormalized over the nucleus
         (["algo.pi_old=engine", "rollout.top_p=0.9"], "bf16", True),  # asked for
     ],

@@ -1,0 +1,327 @@
+"""Device-dependent settings, resolved once: every `auto` in the config becomes a value, from the device and the model.
+
+A setting whose right value depends on the device or the model takes `auto` in the recipe tree. `resolve` turns them
+into values, deterministically, from a description of the device (`DeviceSpec`: what it is and can do, never a timing)
+and of the model (`ModelShape`, from config.json). The trainer resolves at start-up, writes the result into the run
+folder (`settings.json`) and a resume takes it from there, so a run keeps what it started with; `rlvr plan` calls the
+same function on a described GPU, so the plan and the run cannot disagree. No torch here.
+
+    setting                          CUDA                                        CPU
+    trainer.precision                bf16 (fp32 master weights; fp32 before     bf16 with AVX512-BF16 or AMX, else fp32
+                                     compute capability 8.0)
+    rollout.dtype                    bfloat16 (float16 before 8.0)              float32 (the engine's logprobs = the learner's)
+    rollout.cuda_graphs              true                                       false
+    rollout.sleep                    true (the engine frees the GPU while the   false (vLLM has no sleep mode on CPU)
+                                     learner runs)
+    rollout.kv_cache_gib             gpu_memory_utilization of the GPU, less    (unused: rollout.cpu_kv_cache_gib)
+                                     the engine's weights and 1 GiB
+    trainer.tf32                     true                                       false
+    trainer.logits_chunk_tokens      memory/128 over 4 x vocab bytes, as a      64 MiB over 4 x vocab bytes (measured on
+                                     power of two in [1024, 8192]               2 cores: larger chunks fault pages)
+    trainer.activation_checkpointing on when without it the token budget would  false
+                                     be under MIN_GPU_TOKENS
+    trainer.micro_batch_tokens       half the memory the learner's state leaves  2048
+                                     (rlvr.memory), over activation bytes per
+                                     token, a power of two in [2048, 65536]
+    trainer.torch_threads            cores / ranks on this machine, at most 8   cores / ranks on this machine
+
+The built-in model (`builtin:`) is 1M parameters: fp32 learner and engine wherever it runs (its matmuls are too small
+for bf16 to pay, and fp32 keeps the engine's logprobs equal to the learner's). That comes from its identity, not from
+a preset, so pointing model.path at another model gets that model's settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from rlvr.memory import (
+    DTYPE_BYTES,
+    ENGINE_OVERHEAD_BYTES,
+    GIB,
+    USABLE_FRACTION,
+    ModelShape,
+    activation_bytes_per_token,
+    learner_memory,
+)
+
+AUTO = "auto"
+SETTINGS_FILE = "settings.json"  # in the run folder: the device and what every setting resolved to
+CPU_TOKENS = 2048  # trainer.micro_batch_tokens on a CPU (measured: larger micro-batches do not speed 2 cores up)
+CPU_LOGITS_CHUNK_BYTES = 64 * 2**20  # one chunk of fp32 logits on a CPU
+MIN_GPU_TOKENS = 16384  # verl's per-GPU token budget: below it, activation checkpointing buys a larger micro-batch
+MAX_GPU_TOKENS = 65536
+MAX_THREADS_GPU = 8  # on a GPU machine the CPU only feeds the device
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What a rank computes on: enough to resolve the settings, nothing measured."""
+
+    kind: str  # "cuda" | "cpu"
+    name: str  # "NVIDIA H100 80GB HBM3", "AMD EPYC 9R14"
+    memory_gib: float  # one device's memory (a CPU: the machine's RAM)
+    bf16: bool  # native bf16 matmuls: compute capability >= 8.0; a CPU with AVX512-BF16 or AMX
+    cores: int  # CPU cores this process may use
+    local_ranks: int = 1  # ranks sharing this machine's cores
+
+    @classmethod
+    def detect(cls, local_ranks: int = 1) -> DeviceSpec:
+        """This rank's device (torch imported here only)."""
+        import torch
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            return cls("cuda", props.name, props.total_memory / GIB, props.major >= 8, cores, local_ranks)
+        return cls("cpu", _cpu_name(), _ram_gib(), bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"}), cores, local_ranks)
+
+    @classmethod
+    def gpu(cls, memory_gib: float, name: str = "GPU", *, bf16: bool = True, cores: int = 16, local_ranks: int = 1) -> DeviceSpec:
+        """A described CUDA device (rlvr plan, tests)."""
+        return cls("cuda", name, memory_gib, bf16, cores, local_ranks)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved values of every device-dependent setting (the config's own names)."""
+
+    precision: str  # trainer.precision: bf16 (autocast over the fp32 weights) | fp32 (the weights' own dtype)
+    engine_dtype: str  # rollout.dtype
+    cuda_graphs: bool  # rollout.cuda_graphs
+    sleep: bool  # rollout.sleep
+    kv_cache_gib: float  # rollout.kv_cache_gib (0 on CPU: rollout.cpu_kv_cache_gib sizes it there)
+    tf32: bool  # trainer.tf32
+    logits_chunk_tokens: int  # trainer.logits_chunk_tokens
+    activation_checkpointing: bool  # trainer.activation_checkpointing
+    micro_batch_tokens: int  # trainer.micro_batch_tokens
+    torch_threads: int  # trainer.torch_threads
+
+    KEYS = {  # field -> config key  # noqa: RUF012
+        "precision": "trainer.precision",
+        "engine_dtype": "rollout.dtype",
+        "cuda_graphs": "rollout.cuda_graphs",
+        "sleep": "rollout.sleep",
+        "kv_cache_gib": "rollout.kv_cache_gib",
+        "tf32": "trainer.tf32",
+        "logits_chunk_tokens": "trainer.logits_chunk_tokens",
+        "activation_checkpointing": "trainer.activation_checkpointing",
+        "micro_batch_tokens": "trainer.micro_batch_tokens",
+        "torch_threads": "trainer.torch_threads",
+    }
+
+    def lines(self, asked: dict[str, Any]) -> list[str]:
+        """One `key=value` per setting, `(auto)` after those that were resolved."""
+        return [f"{key}={_show(getattr(self, f))}" + (" (auto)" if asked[key] == AUTO else "") for f, key in self.KEYS.items()]
+
+
+def asked(cfg: Any) -> dict[str, Any]:
+    """What the config says for each device-dependent key (auto or a value)."""
+    return {key: _get(cfg, key) for key in Settings.KEYS.values()}
+
+
+def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int, builtin: bool) -> Settings:
+    """The value of every device-dependent setting: the config's where it gives one, else the rule for `device`
+    (module docstring). `cfg` is a validated Config. ConfigError for a value the device cannot honour."""
+    from rlvr.config import ConfigError
+
+    want = asked(cfg)
+    cuda = device.kind == "cuda"
+    model_dtype = cfg.model.dtype
+
+    def pick(key: str, rule: Any) -> Any:
+        return rule if want[key] == AUTO else want[key]
+
+    if model_dtype in ("bfloat16", "float16", "half"):
+        raise ConfigError(
+            f"model.dtype={model_dtype} would make the master weights and the AdamW state {model_dtype}: an update at "
+            "lr 1e-6 is below its rounding step and is lost. Keep model.dtype=float32 (the master weights) and compute in "
+            "bf16 with trainer.precision=bf16 (auto does so on GPUs)"
+        )
+    exact = model_dtype in ("float64", "double")  # asks for exact arithmetic (the tests' float64 references): no bf16
+    precision = pick("trainer.precision", "fp32" if exact or builtin or not device.bf16 else "bf16")
+    engine_rule = "float32" if builtin or not cuda else ("bfloat16" if device.bf16 else "float16")
+    engine_dtype = pick("rollout.dtype", engine_rule)
+    cuda_graphs = pick("rollout.cuda_graphs", cuda)
+    sleep = pick("rollout.sleep", cuda)
+    if sleep and not cuda:
+        raise ConfigError("rollout.sleep=true: vLLM has no sleep mode on CPU (nothing to free for the learner there); use auto or false")
+    kv_rule = engine_kv_gib(cfg, device, shape, engine_dtype) if cuda else 0.0
+    kv_cache_gib = pick("rollout.kv_cache_gib", kv_rule)
+    if cuda and kv_cache_gib <= 0:
+        raise ConfigError(
+            f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} of a {device.memory_gib:.0f} GiB GPU "
+            f"leaves no room for a KV cache beside the engine's weights; raise it, or set rollout.kv_cache_gib"
+        )
+    tf32 = pick("trainer.tf32", cuda)
+    chunk = pick("trainer.logits_chunk_tokens", logits_chunk_tokens(device, shape.vocab_size))
+    compute_bytes = DTYPE_BYTES[precision]
+    checkpointing = pick("trainer.activation_checkpointing", False)
+    tokens = want["trainer.micro_batch_tokens"]
+    # one rank trains the plain module under autocast (fp32 residual stream, per-projection casts); FSDP2 in bf16 weights
+    autocast = compute_bytes == 2 and world_size == 1 and not cfg.trainer.cpu_offload
+    if cuda and (tokens == AUTO or want["trainer.activation_checkpointing"] == AUTO):
+        free = _activation_room(cfg, device, shape, world_size=world_size, precision=precision, sleep=bool(sleep), chunk=int(chunk))
+        if want["trainer.activation_checkpointing"] == AUTO:
+            checkpointing = _token_budget(free, shape, compute_bytes, False, autocast) < MIN_GPU_TOKENS
+        if tokens == AUTO:
+            tokens = _token_budget(free, shape, compute_bytes, bool(checkpointing), autocast)
+    elif tokens == AUTO:
+        tokens = CPU_TOKENS
+    threads = pick("trainer.torch_threads", max(1, min(MAX_THREADS_GPU if cuda else device.cores, device.cores // device.local_ranks)))
+    return Settings(
+        precision=str(precision),
+        engine_dtype=str(engine_dtype),
+        cuda_graphs=bool(cuda_graphs),
+        sleep=bool(sleep),
+        kv_cache_gib=round(float(kv_cache_gib), 2),
+        tf32=bool(tf32),
+        logits_chunk_tokens=int(chunk),
+        activation_checkpointing=bool(checkpointing),
+        micro_batch_tokens=int(tokens),
+        torch_threads=int(threads),
+    )
+
+
+def engine_kv_gib(cfg: Any, device: DeviceSpec, shape: ModelShape, engine_dtype: str) -> float:
+    """The KV cache a GPU engine gets: its share of the device (rollout.gpu_memory_utilization), less its weights (split
+    over tensor-parallel ranks) and rlvr.memory.ENGINE_OVERHEAD_BYTES (1 GiB) for its activations and CUDA graphs."""
+    weights = shape.num_params * DTYPE_BYTES[engine_dtype] / cfg.rollout.tensor_parallel_size / GIB
+    return cfg.rollout.gpu_memory_utilization * device.memory_gib - weights - ENGINE_OVERHEAD_BYTES / GIB
+
+
+def logits_chunk_tokens(device: DeviceSpec, vocab_size: int) -> int:
+    """Tokens per chunk of the LM head's logits (rlvr.kernels): [chunk, vocab] fp32, two buffers of it at a time."""
+    if device.kind != "cuda":
+        return max(1, CPU_LOGITS_CHUNK_BYTES // (4 * vocab_size))
+    tokens = int(device.memory_gib * GIB / 128) // (4 * vocab_size)
+    return min(8192, max(1024, _pow2_floor(tokens)))
+
+
+def _activation_room(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int, precision: str, sleep: bool, chunk: int) -> int:
+    """Bytes left for activations on one GPU during the learner's phase: the usable part of the device, less what the
+    learner holds besides activations at its peak (rlvr.memory.learner_memory: sharded fp32 weights, gradients and AdamW
+    state, the reference, the compute copies of the weights, the LM head's chunks) and the engine where it stays awake."""
+    parts = learner_memory(shape, world_size=world_size, precision=precision, checkpointing=False, tokens=chunk,
+                           chunk_tokens=chunk, reference=cfg.algo.kl_coef > 0, cpu_offload=cfg.trainer.cpu_offload)  # fmt: skip
+    fixed = sum(v for k, v in parts.items() if k != "activations")
+    engine = 0 if sleep else int(cfg.rollout.gpu_memory_utilization * device.memory_gib * GIB)
+    return int(USABLE_FRACTION * device.memory_gib * GIB) - fixed - engine
+
+
+def _token_budget(room: int, shape: ModelShape, compute_bytes: int, checkpointing: bool, autocast: bool) -> int:
+    """Half the room over the activation bytes per token, a power of two in [2048, MAX_GPU_TOKENS]."""
+    per_token = activation_bytes_per_token(shape, compute_bytes=compute_bytes, checkpointing=checkpointing, autocast=autocast)
+    return min(MAX_GPU_TOKENS, max(CPU_TOKENS, _pow2_floor(max(1, room // 2 // per_token))))
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+def record(out: Path, device: DeviceSpec, settings: Settings) -> None:
+    """Write settings.json into the run folder (rank 0)."""
+    (out / SETTINGS_FILE).write_text(json.dumps({"device": asdict(device), "settings": asdict(settings)}, indent=1) + "\n")
+
+
+def recorded(out: Path) -> tuple[DeviceSpec, Settings] | None:
+    """What a run folder's settings.json says, or None if it has none."""
+    path = out / SETTINGS_FILE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return DeviceSpec(**data["device"]), Settings(**{f.name: data["settings"][f.name] for f in fields(Settings)})
+
+
+def keep_recorded(cfg: Any, settings: Settings, previous: Settings) -> Settings:
+    """On a resume: the values the run started with for every setting still left to auto (an explicit value wins)."""
+    want = asked(cfg)
+    return Settings(**{f: getattr(previous if want[key] == AUTO else settings, f) for f, key in Settings.KEYS.items()})
+
+
+def _get(cfg: Any, key: str) -> Any:
+    section, name = key.split(".")
+    value = getattr(getattr(cfg, section), name)
+    return value.value if hasattr(value, "value") else value  # an enum's value
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def _ram_gib() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def model_shape(model_path: str) -> ModelShape:
+    """The shape of a resolved model path's model: its config.json, or (a hub id) transformers' AutoConfig."""
+    path = Path(model_path) / "config.json"
+    if path.is_file():
+        return ModelShape.from_config(json.loads(path.read_text()))
+    from transformers import AutoConfig
+
+    return ModelShape.from_config(AutoConfig.from_pretrained(model_path).to_dict())
+
+
+def apply(cfg: Any, s: Settings) -> Any:
+    """The config with every device-dependent key set to its resolved value."""
+    from dataclasses import replace
+
+    from rlvr.config import Precision
+
+    rollout = replace(cfg.rollout, dtype=s.engine_dtype, cuda_graphs=s.cuda_graphs, sleep=s.sleep, kv_cache_gib=s.kv_cache_gib)
+    trainer = replace(cfg.trainer, precision=Precision(s.precision), tf32=s.tf32, logits_chunk_tokens=s.logits_chunk_tokens,
+                      activation_checkpointing=s.activation_checkpointing, micro_batch_tokens=s.micro_batch_tokens,
+                      torch_threads=s.torch_threads)  # fmt: skip
+    return replace(cfg, rollout=rollout, trainer=trainer)
+
+
+def for_run(
+    cfg: Any, model_path: str, out: Path | None, *, device: DeviceSpec, world_size: int, builtin: bool
+) -> tuple[Any, Settings, list[str]]:
+    """(the config with its settings resolved, the settings, notes for the console) for a run starting or resuming in
+    `out` (None: an evaluation, nothing recorded). A resume keeps what its settings.json says for every key still
+    left to auto, and says so when the device has changed."""
+    settings = resolve(cfg, device, model_shape(model_path), world_size=world_size, builtin=builtin)
+    notes = [f"device: {describe(device)}; settings: " + ", ".join(settings.lines(asked(cfg)))]
+    before = recorded(out) if out is not None else None
+    if before is not None:
+        kept = keep_recorded(cfg, settings, before[1])
+        if kept != settings:
+            notes.append(f"resuming: the settings this run started with (on {describe(before[0])}) are kept: "
+                         + ", ".join(kept.lines(asked(cfg))))  # fmt: skip
+        settings = kept
+    return apply(cfg, settings), settings, notes
+
+
+def describe(device: DeviceSpec) -> str:
+    bf16 = "bf16" if device.bf16 else "no bf16"
+    return f"{device.kind} {device.name} ({device.memory_gib:.0f} GiB, {bf16}, {device.cores} cores)"

@@ -1,0 +1,76 @@
+"""The engine's memory lifecycle around the learner's phases (rlvr.rollout.Memory), with a fake engine: vLLM has no
+sleep mode on CPU, so the calls and their order are what can be checked here. FakeLLM records vLLM's calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr.rollout import Engine, Memory
+
+
+class FakeLLM:
+    """Stands in for vllm.LLM: records sleep / wake_up / collective_rpc / reset_prefix_cache in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def sleep(self, level: int) -> None:
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.calls.append(("wake_up", tuple(tags or ())))
+
+    def collective_rpc(self, method: Any, kwargs: dict | None = None) -> None:
+        if method == "reload_weights":
+            list(kwargs["weights_iterator"])  # the push consumes the learner's gathered weights here
+        self.calls.append(("rpc", method if isinstance(method, str) else method.__name__))
+
+    def reset_prefix_cache(self) -> None:
+        self.calls.append(("reset_prefix_cache",))
+
+    def generate(self, requests: list, params: list, use_tqdm: bool) -> list:
+        self.calls.append(("generate",))
+        return []
+
+
+def fake_engine(enabled: bool) -> tuple[Engine, FakeLLM]:
+    engine = Engine.__new__(Engine)  # no vLLM: only the attributes the lifecycle and the push use
+    engine.llm = FakeLLM()  # type: ignore[assignment]
+    engine.memory = Memory(engine.llm, enabled=enabled)
+    engine._compiler_stance = "default"
+    engine._decodes_texts = True
+    return engine, engine.llm  # type: ignore[return-value]
+
+
+def test_a_step_sleeps_for_the_learner_then_wakes_weights_pushes_and_wakes_the_kv_cache() -> None:
+    engine, llm = fake_engine(enabled=True)
+    pushed = []
+
+    def weights():  # the learner's gathered weights: consumed while only the engine's weights are awake
+        pushed.append(llm.calls[-1])
+        yield "w", None
+
+    engine.generate([(1, 2)], n=2, max_tokens=4, temperature=1.0, top_p=1.0, seeds=[0], stop=[])  # rollout: awake
+    engine.sleep()  # the learner's phases
+    engine.sleep()  # a second call changes nothing
+    engine.load_weights(weights())
+    engine.generate([(1, 2)], n=2, max_tokens=4, temperature=1.0, top_p=1.0, seeds=[0], stop=[])
+    assert llm.calls[:5] == [("generate",), ("sleep", 1), ("wake_up", ("weights",)), ("rpc", "reload_weights"),
+                             ("rpc", "_repack_cpu_embeddings")]  # fmt: skip
+    assert llm.calls[5:] == [("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("generate",)]
+    assert pushed == [("wake_up", ("weights",))]  # the weights were awake, the KV cache not yet, during the push
+
+
+def test_a_sleeping_engine_wakes_whole_before_it_generates() -> None:
+    engine, llm = fake_engine(enabled=True)
+    engine.sleep()
+    engine.generate([(1,)], n=1, max_tokens=2, temperature=0.0, top_p=1.0, seeds=None, stop=[])
+    assert llm.calls == [("sleep", 1), ("wake_up", ("weights", "kv_cache")), ("generate",)]
+
+
+def test_disabled_the_lifecycle_calls_nothing() -> None:
+    """rollout.sleep=false, and every CPU run: the step is what it was before the lifecycle existed."""
+    engine, llm = fake_engine(enabled=False)
+    engine.sleep()
+    engine.load_weights(iter([]))
+    assert llm.calls == [("rpc", "reload_weights"), ("rpc", "_repack_cpu_embeddings"), ("reset_prefix_cache",)]

@@ -1,0 +1,136 @@
+"""rlvr.settings: every `auto` resolves from a description of the device and the model, deterministically, with the
+figures below computed by hand; explicit values win; a resume keeps what the run started with."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from rlvr import settings
+from rlvr.config import ConfigError, validate
+from rlvr.memory import GIB, ModelShape
+from rlvr.settings import DeviceSpec, Settings, resolve
+from tests.conftest import compose_config
+
+# Qwen2.5-1.5B's shape (its config.json): 28 layers, hidden 1536, MLP 8960, 12 heads of 128, 2 KV heads, tied
+QWEN_1_5B = ModelShape(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
+                       num_kv_heads=2, head_dim=128, tied_embeddings=True, qkv_bias=True)  # fmt: skip
+H100 = DeviceSpec.gpu(80, "NVIDIA H100 80GB HBM3")
+CPU_AVX2 = DeviceSpec("cpu", "AMD EPYC 7B13", 24.0, False, 2)
+CPU_BF16 = DeviceSpec("cpu", "AMD EPYC 9R14", 24.0, True, 2)
+
+
+def cfg(*overrides: str):
+    return validate(compose_config("model.path=/models/qwen", *overrides))
+
+
+def test_cuda_resolves_to_bf16_compute_a_bf16_engine_cuda_graphs_sleep_and_tf32() -> None:
+    s = resolve(cfg(), H100, QWEN_1_5B, world_size=1, builtin=False)
+    assert (s.precision, s.engine_dtype, s.cuda_graphs, s.sleep, s.tf32) == ("bf16", "bfloat16", True, True, True)
+    # logits chunk: 80 GiB / 128 = 640 MiB over 4 x 151936 bytes per token = 1104 tokens -> 1024 (a power of two)
+    assert s.logits_chunk_tokens == 1024
+    # KV cache: 0.5 of 80 GiB, less the bf16 weights (1,543,714,304 parameters x 2 bytes) and 1 GiB
+    assert QWEN_1_5B.num_params == 1_543_714_304
+    assert s.kv_cache_gib == round(40 - 1_543_714_304 * 2 / GIB - 1, 2)
+    assert s.torch_threads == 8  # 16 cores, one rank: at most 8 on a GPU machine
+    old_gpu = resolve(cfg(), dataclasses.replace(H100, bf16=False), QWEN_1_5B, world_size=1, builtin=False)
+    assert (old_gpu.precision, old_gpu.engine_dtype) == ("fp32", "float16")  # a V100: no bf16
+
+
+def test_cpus_resolve_by_their_bf16_support_and_keep_the_cpu_figures() -> None:
+    plain = resolve(cfg(), CPU_AVX2, QWEN_1_5B, world_size=1, builtin=False)
+    assert dataclasses.asdict(plain) == dict(
+        precision="fp32", engine_dtype="float32", cuda_graphs=False, sleep=False, kv_cache_gib=0.0, tf32=False,
+        logits_chunk_tokens=64 * 2**20 // (4 * 151936),  # 110: the CPU's measured 64 MiB of logits
+        activation_checkpointing=False, micro_batch_tokens=2048, torch_threads=2,
+    )  # fmt: skip
+    assert resolve(cfg(), CPU_BF16, QWEN_1_5B, world_size=1, builtin=False).precision == "bf16"
+    two_ranks = dataclasses.replace(CPU_AVX2, local_ranks=2)  # two ranks share the machine's 2 cores
+    assert resolve(cfg(), two_ranks, QWEN_1_5B, world_size=2, builtin=False).torch_threads == 1
+
+
+def test_the_builtin_model_is_fp32_everywhere_by_its_identity() -> None:
+    builtin = validate(compose_config())  # model=tiny_arith: no preset pins a precision any more
+    shape = ModelShape(99, 128, 512, 4, 4, 4, 32, True, False)
+    for device in (H100, CPU_BF16):
+        s = resolve(builtin, device, shape, world_size=1, builtin=True)
+        assert (s.precision, s.engine_dtype) == ("fp32", "float32"), device
+    # the same config pointed at another model gets that model's settings on the same devices
+    assert resolve(cfg(), CPU_BF16, shape, world_size=1, builtin=False).precision == "bf16"
+
+
+def test_explicit_values_win_and_impossible_ones_are_config_errors() -> None:
+    s = resolve(cfg("trainer.precision=fp32", "rollout.cuda_graphs=false", "trainer.micro_batch_tokens=4096",
+                    "trainer.logits_chunk_tokens=256", "rollout.dtype=float32", "trainer.torch_threads=3"),
+                H100, QWEN_1_5B, world_size=1, builtin=False)  # fmt: skip
+    assert (s.precision, s.cuda_graphs, s.micro_batch_tokens, s.logits_chunk_tokens, s.engine_dtype, s.torch_threads) == (
+        "fp32", False, 4096, 256, "float32", 3)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"rollout\.sleep=true: vLLM has no sleep mode on CPU"):
+        resolve(cfg("rollout.sleep=true"), CPU_AVX2, QWEN_1_5B, world_size=1, builtin=False)
+    with pytest.raises(ConfigError, match=r"model\.dtype=bfloat16 would make the master weights .* trainer\.precision=bf16"):
+        resolve(cfg("model.dtype=bfloat16"), H100, QWEN_1_5B, world_size=1, builtin=False)
+    with pytest.raises(ConfigError, match=r"rollout\.gpu_memory_utilization=0\.02 .* leaves no room for a KV cache"):
+        resolve(cfg("rollout.gpu_memory_utilization=0.02"), H100, QWEN_1_5B, world_size=1, builtin=False)
+    for bad, key in [("trainer.micro_batch_tokens=-1", "trainer.micro_batch_tokens"), ("rollout.sleep=maybe", "rollout.sleep"),
+                     ("trainer.torch_threads=0", "trainer.torch_threads"), ("rollout.dtype=fp8", "rollout.dtype")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            cfg(bad)
+
+
+def test_token_budget_and_activation_checkpointing_follow_the_memory_left() -> None:
+    """One 80 GiB GPU, the engine asleep: room = 90% of 80 GiB - what the learner holds besides activations at its peak
+    (rlvr.memory.learner_memory: fp32 weights, gradients, AdamW's two moments, autocast's bf16 weight copies, the LM
+    head's chunks); the budget is a power of two of half the room over the activation bytes per token, with
+    checkpointing only when the budget would fall under 16k tokens."""
+    from rlvr.memory import activation_bytes_per_token, learner_memory
+
+    s = resolve(cfg(), H100, QWEN_1_5B, world_size=1, builtin=False)
+    parts = learner_memory(QWEN_1_5B, world_size=1, precision="bf16", checkpointing=False, tokens=1024, chunk_tokens=1024,
+                           reference=False)  # fmt: skip
+    assert parts["weights"] + parts["gradients"] + parts["optimizer"] == 16 * QWEN_1_5B.num_params // 1
+    room = int(0.9 * 80 * GIB) - sum(v for k, v in parts.items() if k != "activations")
+    plain = activation_bytes_per_token(QWEN_1_5B, compute_bytes=2, checkpointing=False, autocast=True)
+    checkpointed = activation_bytes_per_token(QWEN_1_5B, compute_bytes=2, checkpointing=True, autocast=True)
+    assert room // 2 // plain < 16384  # too few tokens without checkpointing ...
+    assert s.activation_checkpointing
+    expected = min(65536, 1 << ((room // 2 // checkpointed).bit_length() - 1))
+    assert s.micro_batch_tokens == expected and expected >= 16384  # ... and enough with it
+    tiny = ModelShape(32000, 256, 1024, 4, 4, 4, 64, True, False)  # a 20M model: room to spare, no checkpointing
+    small = resolve(cfg(), H100, tiny, world_size=1, builtin=False)
+    assert not small.activation_checkpointing and small.micro_batch_tokens == 65536
+    awake = resolve(cfg("rollout.sleep=false"), H100, QWEN_1_5B, world_size=1, builtin=False)  # the engine keeps 40 GiB
+    assert awake.micro_batch_tokens < s.micro_batch_tokens
+
+
+def test_resolution_is_deterministic_and_a_resume_keeps_what_the_run_started_with(tmp_path: Path) -> None:
+    c = cfg()
+    first = resolve(c, H100, QWEN_1_5B, world_size=1, builtin=False)
+    assert all(resolve(c, H100, QWEN_1_5B, world_size=1, builtin=False) == first for _ in range(3))
+    settings.record(tmp_path, H100, first)
+    assert settings.recorded(tmp_path) == (H100, first)
+    elsewhere = resolve(c, DeviceSpec.gpu(141, "NVIDIA H200"), QWEN_1_5B, world_size=1, builtin=False)
+    assert elsewhere != first  # a bigger GPU: a bigger token budget and KV cache
+    assert settings.keep_recorded(c, elsewhere, first) == first  # every key was auto: the run's own values
+    pinned = cfg("trainer.micro_batch_tokens=1024")  # set on the resume's command line: that value wins
+    kept = settings.keep_recorded(pinned, resolve(pinned, H100, QWEN_1_5B, world_size=1, builtin=False), first)
+    assert kept == dataclasses.replace(first, micro_batch_tokens=1024)
+
+
+def test_applied_settings_replace_every_auto_and_the_lines_say_which_were_auto() -> None:
+    c = cfg("trainer.torch_threads=2")
+    s = resolve(c, CPU_AVX2, QWEN_1_5B, world_size=1, builtin=False)
+    applied = settings.apply(c, s)
+    assert "auto" not in {str(v) for v in settings.asked(applied).values()}
+    assert settings.asked(applied)["rollout.dtype"] == "float32" and applied.trainer.precision.value == "fp32"
+    lines = s.lines(settings.asked(c))
+    assert "trainer.torch_threads=2" in lines and "trainer.precision=fp32 (auto)" in lines
+    assert len(lines) == len(Settings.KEYS) == len(dataclasses.fields(Settings))
+
+
+def test_this_machine_is_described_by_its_capabilities() -> None:
+    flags = Path("/proc/cpuinfo").read_text()
+    device = DeviceSpec.detect()
+    assert device.kind == "cpu" and device.cores >= 1 and device.memory_gib > 1
+    assert device.bf16 == ("avx512_bf16" in flags or "amx_bf16" in flags)
