@@ -1,5 +1,7 @@
-"""The command line: `rlvr train|eval [hydra overrides]` hand their argv to Hydra; `rlvr report PATH...` to argparse.
-Each command's work lives in its own module (rlvr.trainer, rlvr.eval_cli, rlvr.report); this one only dispatches."""
+"""The command line: `rlvr train|eval [hydra overrides]` hand their argv to Hydra; `rlvr plan [overrides]` composes the
+same tree without running anything; `rlvr report PATH...` goes to argparse.
+Each command's work lives in its own module (rlvr.trainer, rlvr.eval_cli, rlvr.plan, rlvr.report); this one only
+dispatches."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ commands:
                       `-m recipe=grpo,dapo trainer.seed=0,1` runs a sweep)
   eval [overrides]    greedy accuracy, mean@n and pass@k on held-out prompts: `rlvr eval run=<run or checkpoint
                       folder>`, or `rlvr eval model.path=<model> data=gym data.name=chain_sum eval.n=16`
+  plan [overrides]    what a run holds per GPU and phase, whether it fits, and what would make it fit, from the
+                      model's config.json alone (`rlvr plan model.path=Qwen/Qwen2.5-7B plan.gpus=8 plan.gpu_memory_gib=80`)
   report PATH...      one offline HTML page (and a PNG per plot) comparing runs: run folders, sweep folders, or both
                       (`rlvr report multirun/2026-12-01/10-00-00`; `--out DIR`)
 """
@@ -92,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         from rlvr import report
 
         return report.main(rest)
+    if command == "plan":
+        from rlvr import plan
+
+        return plan.main(rest)
     print(f"rlvr: unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -1,0 +1,309 @@
+"""`rlvr plan [overrides] plan.gpus=8 plan.gpu_memory_gib=80`: what a run of a config will hold on each GPU, and
+whether it fits, before anything loads and before any GPU is rented.
+
+It composes the same recipe tree as `rlvr train` (plus recipes/plan.yaml's `plan:` section), validates it, reads the
+model's config.json alone (a local folder, `builtin:`, a hub id through transformers' AutoConfig, or a config.json
+file), resolves the device-dependent settings with rlvr.settings.resolve on the described GPU (the function a run
+calls at start-up, so the plan and the run cannot disagree) and adds up rlvr.memory's figures per phase:
+
+    rollout phase   the learner's resident state (fp32 weights, AdamW state, the reference) + the engine awake
+    learner phase   the learner's peak (+ the engine, unless it sleeps)
+
+When it does not fit, each knob that would make it fit is named, checked by running the same arithmetic with the knob
+applied. It also reports the config errors that would stop the run at start-up on that many ranks. Its last line is
+one JSON object. Exit code 0: it fits; 1: it does not; 2: a config error. No torch at import: it starts in a second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlvr import memory, settings
+from rlvr.config import GROUPS, Config, ConfigError, override_key, unknown_key_message, validate, world_problems
+from rlvr.memory import GIB, ModelShape
+from rlvr.settings import DeviceSpec, Settings
+
+PLAN_KEYS = ("plan.gpus", "plan.gpu_memory_gib", "plan.gpu_name")
+GPUS_PER_NODE = 8  # ranks that share one machine's CPU cores (torch threads per rank)
+MAX_GPUS = 1024  # the most GPUs the "more GPUs" suggestion looks at
+ASSUMED_PROMPT_TOKENS = 512  # the prompt length planned for when data.max_prompt_tokens is 0 (no limit)
+SMALLEST_TOKENS = 256  # the smallest trainer.micro_batch_tokens suggested
+
+
+def main(argv: list[str]) -> int:
+    """`rlvr plan [overrides]`: print the plan; its last line is one JSON object. 0 fits, 1 does not, 2 config error."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    try:
+        raw = compose(argv)
+        gpus, memory_gib, gpu_name = int(raw.plan.gpus), float(raw.plan.gpu_memory_gib), str(raw.plan.gpu_name)
+        if gpus < 1 or memory_gib <= 0:
+            raise ConfigError(f"plan.gpus must be >= 1 and plan.gpu_memory_gib > 0, got {gpus}, {memory_gib}")
+        cfg = validate(OmegaConf.masked_copy(raw, [str(k) for k in raw if k not in ("plan", "hydra")]))
+        shape = model_shape(cfg.model.path)
+        builtin = cfg.model.path.startswith("builtin:")
+        result = plan(cfg, shape, gpus=gpus, memory_gib=memory_gib, gpu_name=gpu_name, builtin=builtin)
+    except ConfigError as e:
+        print(f"rlvr plan: config error: {e}", file=sys.stderr)
+        print(json.dumps({"fits": False, "error": str(e)}))
+        return 2
+    if not result["fits"]:
+        result["suggestions"] = suggestions(
+            cfg, shape, gpus=gpus, memory_gib=memory_gib, gpu_name=gpu_name, builtin=builtin
+        )
+    print(describe(result, cfg, shape))
+    print(json.dumps(result))
+    if result["problems"]:
+        return 2
+    return 0 if result["fits"] else 1
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """recipes/plan.yaml composed with `overrides` by Hydra's compose API (no output folder, no logging set up);
+    ConfigError for an unknown key."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+
+    from rlvr.cli import RECIPES
+
+    for arg in overrides:
+        key = override_key(arg)
+        if "=" in arg and not (key in PLAN_KEYS or key in GROUPS or key.startswith("hydra.")):
+            message = unknown_key_message(key)
+            if message is not None:
+                raise ConfigError(message)
+    if not any(override_key(o) == "trainer.output_dir" for o in overrides):
+        overrides = [*overrides, "trainer.output_dir=unused"]  # Hydra's run folder: the plan writes nothing
+    try:
+        with initialize_config_dir(config_dir=RECIPES, version_base=None):
+            return hydra_compose("plan", overrides=overrides)
+    except HydraException as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
+
+
+def model_shape(path: str) -> ModelShape:
+    """The model's shape from its config.json: `path` may also be that file itself."""
+    from rlvr.models import resolve_model_path
+
+    if path.endswith(".json") and Path(path).expanduser().is_file():
+        return ModelShape.from_config(json.loads(Path(path).expanduser().read_text()))
+    return settings.model_shape(resolve_model_path(path))
+
+
+def device(memory_gib: float, gpu_name: str, gpus: int) -> DeviceSpec:
+    """One of `gpus` described GPUs, with its node's share of CPU cores."""
+    return DeviceSpec.gpu(memory_gib, gpu_name, local_ranks=min(gpus, GPUS_PER_NODE))
+
+
+def plan(
+    cfg: Config, shape: ModelShape, *, gpus: int, memory_gib: float, gpu_name: str, builtin: bool
+) -> dict[str, Any]:
+    """What one GPU holds in each phase (GiB), whether the run fits, the resolved settings and the start-up problems.
+    ConfigError when the settings cannot be resolved (e.g. no room for a KV cache)."""
+    s = settings.resolve(cfg, device(memory_gib, gpu_name, gpus), shape, world_size=gpus, builtin=builtin)
+    t, r, a = cfg.trainer, cfg.rollout, cfg.algo
+    # one micro-batch: rows of prompt + response tokens, padded to the longest, within the token and row budgets and
+    # within this rank's rows of a mini-batch
+    prompt = cfg.data.max_prompt_tokens or ASSUMED_PROMPT_TOKENS
+    row = prompt + r.max_new_tokens
+    rows = min(t.micro_batch_rows, max(1, a.prompts_per_minibatch * a.group_size // gpus))
+    tokens = max(1, min(rows, s.micro_batch_tokens // row)) * row if s.micro_batch_tokens else rows * row
+    learner = memory.learner_memory(
+        shape,
+        world_size=gpus,
+        precision=s.precision,
+        checkpointing=s.activation_checkpointing,
+        tokens=tokens,
+        chunk_tokens=s.logits_chunk_tokens,
+        reference=a.kl_coef > 0,
+        cpu_offload=t.cpu_offload,
+        seq_len=row,
+    )
+    engine = memory.engine_memory(
+        shape,
+        dtype=s.engine_dtype,
+        kv_cache_bytes=int(s.kv_cache_gib * GIB),
+        tensor_parallel_size=r.tensor_parallel_size,
+    )
+    engine_total = sum(engine.values())
+    # one rollout round on one engine: B prompts x G samples over the engines (an adaptive round draws up to
+    # max_gen_batches x B prompts); vLLM runs what its KV cache holds at once and queues the rest
+    kv_per_token = memory.kv_bytes_per_token(shape, dtype=s.engine_dtype, tensor_parallel_size=r.tensor_parallel_size)
+    kv_tokens = engine["kv_cache"] // kv_per_token
+    engines = gpus // r.tensor_parallel_size if gpus % r.tensor_parallel_size == 0 else 1
+    round_rows = -(-a.prompts_per_step * a.group_size // engines)
+    phases = {
+        "rollout": {"learner_state": memory.learner_resident(learner), **{f"engine_{k}": v for k, v in engine.items()}},
+        "learner": {**learner, "engine": 0 if s.sleep else engine_total},
+    }
+    usable = int(memory.USABLE_FRACTION * memory_gib * GIB)
+    totals = {name: sum(parts.values()) for name, parts in phases.items()}
+    fits = all(total <= usable for total in totals.values()) and kv_tokens >= row
+    return {
+        "fits": fits,
+        "gpus": gpus,
+        "gpu_memory_gib": memory_gib,
+        "usable_gib": _gib(usable),
+        "phases": {
+            name: {"total_gib": _gib(totals[name]), **{k: _gib(v) for k, v in parts.items()}}
+            for name, parts in phases.items()
+        },
+        "micro_batch": {
+            "tokens": tokens,
+            "rows": tokens // row,
+            "row_tokens": row,
+            "prompt_tokens_assumed": not cfg.data.max_prompt_tokens,
+        },
+        "kv_cache": {
+            "tokens": kv_tokens,
+            "bytes_per_token": kv_per_token,
+            "round_tokens": round_rows * row,
+            "row_tokens": row,
+        },
+        "host_gib_per_gpu": _gib(
+            memory.learner_host_bytes(shape, world_size=gpus, cpu_offload=t.cpu_offload)
+            + (engine["weights"] if s.sleep else 0)
+        ),
+        "params": shape.num_params,
+        "settings": asdict(s),
+        "problems": world_problems(cfg, gpus),  # what would stop the run at start-up on that many ranks
+        "suggestions": [],
+    }
+
+
+def suggestions(
+    cfg: Config, shape: ModelShape, *, gpus: int, memory_gib: float, gpu_name: str, builtin: bool
+) -> list[dict[str, str]]:
+    """The knobs that each alone make the run fit, each checked by planning again with it applied: more GPUs (the
+    fewest that fit and split the batch), activation checkpointing, a smaller token budget, a smaller engine share,
+    CPU offload; and LoRA, which does not exist yet."""
+
+    def fits(c: Config, n: int = gpus) -> bool:
+        try:
+            result = plan(c, shape, gpus=n, memory_gib=memory_gib, gpu_name=gpu_name, builtin=builtin)
+        except ConfigError:
+            return False
+        return bool(result["fits"]) and not result["problems"]
+
+    t, r, a = cfg.trainer, cfg.rollout, cfg.algo
+    out = []
+    for n in range(gpus + 1, MAX_GPUS + 1):  # the fewest GPUs that fit, with mini-batches that split over them
+        step = n // math.gcd(a.group_size, n)  # mini-batches of a multiple of this many prompts split over n ranks
+        minibatch = -(-a.prompts_per_minibatch // step) * step  # the smallest such from algo.prompts_per_minibatch
+        split = _with(cfg, algo=replace(a, prompts_per_minibatch=minibatch))
+        if a.prompts_per_step % minibatch == 0 and fits(split, n):
+            also = f" algo.prompts_per_minibatch={minibatch}" if minibatch != a.prompts_per_minibatch else ""
+            out.append({"set": f"plan.gpus={n}{also}", "why": f"{n} GPUs shard the learner's state {n} ways"})
+            break
+    if t.activation_checkpointing is not True and fits(_with(cfg, trainer=replace(t, activation_checkpointing=True))):
+        out.append(
+            {
+                "set": "trainer.activation_checkpointing=true",
+                "why": "recompute each layer in backward: one layer's activations at a time",
+            }
+        )
+    budget = SMALLEST_TOKENS
+    while budget < 2**20 and fits(_with(cfg, trainer=replace(t, micro_batch_tokens=budget * 2))):
+        budget *= 2
+    if fits(_with(cfg, trainer=replace(t, micro_batch_tokens=budget))):
+        out.append(
+            {"set": f"trainer.micro_batch_tokens={budget}", "why": "fewer tokens per forward/backward, more of them"}
+        )
+    share = next(
+        (
+            u / 20
+            for u in range(int(r.gpu_memory_utilization * 20) - 1, 1, -1)
+            if fits(_with(cfg, rollout=replace(r, gpu_memory_utilization=u / 20)))
+        ),
+        None,
+    )
+    if share is not None:
+        out.append(
+            {
+                "set": f"rollout.gpu_memory_utilization={share:g}",
+                "why": "a smaller engine (KV cache) beside the learner's state",
+            }
+        )
+    if not t.cpu_offload and fits(_with(cfg, trainer=replace(t, cpu_offload=True))):
+        out.append(
+            {"set": "trainer.cpu_offload=true", "why": "the learner's fp32 state in host memory (slower updates)"}
+        )
+    out.append(
+        {
+            "set": "LoRA",
+            "why": "not available yet: adapters would leave the base weights frozen in bf16, no AdamW state for them",
+        }
+    )
+    return out
+
+
+def _with(cfg: Config, **sections: Any) -> Config:
+    return replace(cfg, **sections)
+
+
+def describe(result: dict[str, Any], cfg: Config, shape: ModelShape) -> str:
+    """The plan as a person reads it: the model, the settings, each phase's parts per GPU, the verdict, the knobs."""
+    s = Settings(**result["settings"])
+    mb, kv = result["micro_batch"], result["kv_cache"]
+    assumed = (
+        f"; data.max_prompt_tokens=0: {ASSUMED_PROMPT_TOKENS} prompt tokens assumed"
+        if mb["prompt_tokens_assumed"]
+        else ""
+    )
+    lines = [
+        f"rlvr plan: {cfg.model.path}: {shape.num_params / 1e9:.2f}B parameters ({shape.num_layers} layers, hidden "
+        f"{shape.hidden_size}, vocabulary {shape.vocab_size:,}) on {result['gpus']} x {result['gpu_memory_gib']:g} GiB GPU, "
+        f"full fine-tuning",
+        "settings: " + ", ".join(s.lines(settings.asked(cfg))),
+        f"micro-batch: {mb['tokens']:,} padded tokens ({mb['rows']} rows of {mb['row_tokens']:,}{assumed})",
+        f"per GPU, of {result['usable_gib']:.1f} GiB usable ({memory.USABLE_FRACTION:.0%}):",
+    ]
+    labels = {
+        "learner_state": "learner state kept (fp32 weights, AdamW, reference)",
+        "engine_weights": f"engine weights ({s.engine_dtype})",
+        "engine_kv_cache": f"engine KV cache ({kv['tokens']:,} tokens; a round needs {kv['round_tokens']:,})",
+        "engine_overhead": "engine activations, CUDA graphs",
+        "weights": "weights (fp32 master)",
+        "gradients": "gradients (fp32)",
+        "optimizer": "AdamW moments (2 x fp32)",
+        "reference": "reference model",
+        "compute_weights": f"{s.precision} weight copies (autocast casts or FSDP2 gathers)",
+        "activations": f"activations ({mb['tokens']:,} tokens{', checkpointed' if s.activation_checkpointing else ''})",
+        "logits": "LM head (logits chunks, its weight gradient)",
+        "engine": "engine" + (" (asleep)" if s.sleep else " (awake)"),
+    }
+    for name, parts in result["phases"].items():
+        verdict = "fits" if parts["total_gib"] <= result["usable_gib"] else "does NOT fit"
+        lines.append(f"  {name} phase: {parts['total_gib']:.2f} GiB, {verdict}")
+        lines += [f"    {labels[k]:<62} {v:8.2f}" for k, v in parts.items() if k != "total_gib"]
+    if kv["tokens"] < kv["row_tokens"]:
+        lines.append(
+            f"  the KV cache holds {kv['tokens']:,} tokens, less than one row ({kv['row_tokens']:,}): vLLM will not start"
+        )
+    if result["host_gib_per_gpu"]:
+        lines.append(
+            f"host memory per GPU: {result['host_gib_per_gpu']:.1f} GiB (offloaded learner state, the sleeping engine's weights)"
+        )
+    lines += [f"start-up error: {p}" for p in result["problems"]]
+    lines.append("fits: " + ("yes" if result["fits"] else "no"))
+    if not result["fits"]:
+        lines.append(
+            "what would make it fit (each alone, checked):"
+            if len(result["suggestions"]) > 1
+            else "no single knob makes it fit"
+        )
+        lines += [f"  {x['set']:<44} {x['why']}" for x in result["suggestions"]]
+    return "\n".join(lines)
+
+
+def _gib(x: float) -> float:
+    return round(x / GIB, 3)
