@@ -35,7 +35,7 @@ def _batch():
     return synthetic_batch(n=8)
 
 
-def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None) -> None:
+def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None, sync_every: bool) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # two CPU ranks on a small machine
     from rlvr import distributed
@@ -50,6 +50,7 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None)
         learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.01, warmup_steps=0, lr_schedule="constant",
                           total_updates=2, grad_clip=0.5, micro_batch_rows=rows, micro_batch_tokens=tokens,
                           with_reference=kl_coef > 0, shard=shard)  # fmt: skip
+        learner.sync_every_micro_batch = sync_every  # the GPU's reduce-scatter after every micro-batch, on CPU
         g = torch.Generator().manual_seed(1)
         noise = torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
         old = learner.logprobs(batch) + 0.1 * noise  # [N, T] off-policy, so the clip is exercised
@@ -63,16 +64,17 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None)
         weights = {name: t.clone() for name, t in learner.named_weights()}
         out[f"{aggregation}/{ratio}"] = (weights, metrics)
     if rank == 0:
-        torch.save(out, f"{tmp}/world{world_size}-{shard}.pt")
+        torch.save(out, f"{tmp}/world{world_size}-{shard}-{sync_every}.pt")
     distributed.shutdown()
 
 
-def _run(world_size: int, tmp: Path, shard: bool | None = None) -> dict:
+def _run(world_size: int, tmp: Path, shard: bool | None = None, sync_every: bool = False) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(_worker, args=(world_size, port, str(tmp), shard), nprocs=world_size, join=True, start_method="spawn")
-    return torch.load(tmp / f"world{world_size}-{shard}.pt", weights_only=False)
+    mp.start_processes(_worker, args=(world_size, port, str(tmp), shard, sync_every), nprocs=world_size, join=True,
+                       start_method="spawn")  # fmt: skip
+    return torch.load(tmp / f"world{world_size}-{shard}-{sync_every}.pt", weights_only=False)
 
 
 def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,16 +84,18 @@ def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
     one, two = _run(1, tmp_path), _run(2, tmp_path)  # one process trains the plain module, two shard it with FSDP2
     one_sharded = _run(1, tmp_path, shard=True)  # FSDP2 over a single rank: the same step as the plain module
+    two_synced = _run(2, tmp_path, sync_every=True)  # gradients reduce-scattered after every micro-batch, as on GPUs
     from transformers import AutoModelForCausalLM
 
     start = dict(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64).named_parameters())
     for case in one:
-        (w1, m1), (w2, m2), (w1s, _) = one[case], two[case], one_sharded[case]
+        (w1, m1), (w2, m2), (w1s, _), (w2s, _) = one[case], two[case], one_sharded[case], two_synced[case]
         moved = max((w1[k] - start[k]).abs().max().item() for k in w1)
         assert moved > 1e-3, case  # the step did something: a shared bug that leaves the weights alone would pass
         for name in w1:
             torch.testing.assert_close(w2[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name}")
             torch.testing.assert_close(w1s[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name} (FSDP2, 1 rank)")
+            torch.testing.assert_close(w2s[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name} (synced each micro-batch)")
         for a, b in zip(m1, m2):  # metrics are global too: the loss, clip fractions, grad norm
             keys = ("pg_loss", "clip_frac", "grad_norm", "entropy", "ratio_max", "ratio_min", "rollout_ratio_mean",
                     "rollout_ratio_max", "rollout_capped_frac")  # fmt: skip
