@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 GIB = 2**30
-# an engine's `auto` dtype loads a bf16 checkpoint as bf16
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8, "double": 8,
-               "fp32": 4, "bf16": 2, "auto": 2}  # fmt: skip
+               "fp32": 4, "bf16": 2}  # fmt: skip
 ENGINE_OVERHEAD_BYTES = GIB  # a GPU engine beside its weights and KV cache: profiled activations, CUDA graphs, sampler
 USABLE_FRACTION = 0.9  # of a GPU's memory, for tensors: the rest is the CUDA context, NCCL buffers, fragmentation
 

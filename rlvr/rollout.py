@@ -111,7 +111,7 @@ class Engine:
         return cls(model_path, seed=cfg.trainer.seed, max_model_len=max_model_len, dtype=r.dtype,
                    gpu_memory_utilization=r.gpu_memory_utilization, cpu_kv_cache_gib=r.cpu_kv_cache_gib,
                    tensor_parallel_size=r.tensor_parallel_size, cuda_graphs=r.cuda_graphs, sleep=r.sleep,
-                   kv_cache_gib=0.0 if r.kv_cache_gib == "auto" else r.kv_cache_gib)  # fmt: skip
+                   kv_cache_gib=r.kv_cache_gib)  # fmt: skip  # resolved (rlvr.settings)
 
     def generate(
         self,

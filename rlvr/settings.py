@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rlvr.config import AUTO, ConfigError, Precision
 from rlvr.memory import (
     DTYPE_BYTES,
     ENGINE_OVERHEAD_BYTES,
@@ -48,7 +49,6 @@ from rlvr.memory import (
     learner_memory,
 )
 
-AUTO = "auto"
 SETTINGS_FILE = "settings.json"  # in the run folder: the device and what every setting resolved to
 CPU_TOKENS = 2048  # trainer.micro_batch_tokens on a CPU (measured: larger micro-batches do not speed 2 cores up)
 CPU_LOGITS_CHUNK_BYTES = 64 * 2**20  # one chunk of fp32 logits on a CPU
@@ -100,7 +100,7 @@ class Settings:
     micro_batch_tokens: int  # trainer.micro_batch_tokens
     torch_threads: int  # trainer.torch_threads
 
-    KEYS = {  # field -> config key  # noqa: RUF012
+    KEYS = {  # field -> config key
         "precision": "trainer.precision",
         "engine_dtype": "rollout.dtype",
         "cuda_graphs": "rollout.cuda_graphs",
@@ -126,8 +126,6 @@ def asked(cfg: Any) -> dict[str, Any]:
 def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int, builtin: bool) -> Settings:
     """The value of every device-dependent setting: the config's where it gives one, else the rule for `device`
     (module docstring). `cfg` is a validated Config. ConfigError for a value the device cannot honour."""
-    from rlvr.config import ConfigError
-
     want = asked(cfg)
     cuda = device.kind == "cuda"
     model_dtype = cfg.model.dtype
@@ -294,8 +292,6 @@ def model_shape(model_path: str) -> ModelShape:
 def apply(cfg: Any, s: Settings) -> Any:
     """The config with every device-dependent key set to its resolved value."""
     from dataclasses import replace
-
-    from rlvr.config import Precision
 
     rollout = replace(cfg.rollout, dtype=s.engine_dtype, cuda_graphs=s.cuda_graphs, sleep=s.sleep, kv_cache_gib=s.kv_cache_gib)
     trainer = replace(cfg.trainer, precision=Precision(s.precision), tf32=s.tf32, logits_chunk_tokens=s.logits_chunk_tokens,
