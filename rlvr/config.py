@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 import enum
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING as MISSING_FACTORY
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -109,6 +110,12 @@ class Precision(str, enum.Enum):
     fp32 = "fp32"
 
 
+class LoraSync(str, enum.Enum):
+    auto = "auto"  # merged where the engine computes in float32, adapter elsewhere (rlvr.lora.sync_mode)
+    merged = "merged"  # W + scaling B A pushed as full weights
+    adapter = "adapter"  # A and B loaded into vLLM as a LoRA adapter
+
+
 class VerifierName(str, enum.Enum):
     task = "task"  # the task's own verifier
     arithmetic = "arithmetic"
@@ -161,9 +168,20 @@ class RolloutConfig:
 
 
 @dataclass
+class LoraConfig:
+    rank: int = MISSING  # r; 0 = off (every weight trains)
+    alpha: float = MISSING  # the update is (alpha / r) B A
+    dropout: float = MISSING  # on the adapter's input, in training forwards only
+    target_modules: list[str] | None = MISSING  # module names (q_proj, ...); null = every linear layer of the decoder
+    init: str | None = MISSING  # a peft adapter folder to start from; null = a fresh adapter (B = 0: the base model)
+    sync: LoraSync = MISSING  # how the engine follows the adapter: auto | merged | adapter
+
+
+@dataclass
 class ModelConfig:
     path: str = MISSING  # "builtin:<name>", a local HF folder, or a hub id
-    dtype: str = MISSING  # learner parameter dtype
+    dtype: str = MISSING  # learner parameter dtype (the master weights; with LoRA, the adapter's)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -277,10 +295,15 @@ _SECTIONS: dict[str, type] = {
 
 def schema_keys() -> list[str]:
     """Every dotted key of the schema: 'algo', 'algo.clip_high', ..."""
-    keys = []
-    for section, cls in _SECTIONS.items():
-        keys += [section] + [f"{section}.{f.name}" for f in fields(cls)]
-    return keys
+
+    def under(prefix: str, cls: type) -> list[str]:
+        keys = [prefix]
+        for f in fields(cls):
+            nested = f.default_factory if f.default_factory is not MISSING_FACTORY else None  # a nested section
+            keys += under(f"{prefix}.{f.name}", nested) if isinstance(nested, type) else [f"{prefix}.{f.name}"]
+        return keys
+
+    return [key for section, cls in _SECTIONS.items() for key in under(section, cls)]
 
 
 def unknown_key_message(key: str) -> str | None:
@@ -423,6 +446,10 @@ def check(cfg: Config) -> None:
                           f"in (0, 1], got {e.n}, {e.seed}, {e.temperature}, {e.top_p}")  # fmt: skip
     if r.temperature <= 0 or not 0 < r.top_p <= 1:
         raise ConfigError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {r.temperature}, {r.top_p}")
+    lora = cfg.model.lora
+    if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:
+        raise ConfigError(f"model.lora.rank must be >= 0 (0 = off), model.lora.alpha > 0 and model.lora.dropout in [0, 1), "
+                          f"got {lora.rank}, {lora.alpha}, {lora.dropout}")  # fmt: skip
 
 
 def check_world(cfg: Config, world_size: int) -> None:

@@ -33,7 +33,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from rlvr import algo, distributed
+from rlvr import algo, distributed, lora
 from rlvr.batching import micro_batches, split_to
 from rlvr.config import ConfigError
 from rlvr.lm_head import has_plain_head, response_logprobs
@@ -118,6 +118,7 @@ class Learner:
         shard: bool | None = None,
         logits_chunk_tokens: int = 0,
         tf32: bool = False,
+        lora_spec: lora.LoraSpec | None = None,
     ) -> None:
         distributed.init()
         self.model_path = model_path
@@ -142,14 +143,27 @@ class Learner:
         # autocast for bf16, unless CPU offload (an FSDP2 feature) is asked for.
         self.sharded = self.world_size > 1 or cpu_offload if shard is None else shard  # shard=True: FSDP2 even alone
         self.autocast_dtype = torch.bfloat16 if bf16 and not self.sharded else None
-        self.model = self._build(dtype, activation_checkpointing)
+        compute_dtype = "bfloat16" if bf16 else dtype
+        self.lora = lora_spec
+        self.with_reference = with_reference
+        # LoRA (rlvr.lora): the base frozen in the compute dtype, the adapter's master weights in `dtype`
+        self.model = self._build(compute_dtype if lora_spec else dtype, activation_checkpointing, lora_spec, dtype)
         self.model.train()
-        # the frozen reference only ever runs forward in the compute dtype: store it so (half the memory under bf16)
-        self.reference = self._build("bfloat16" if bf16 else dtype, False).eval().requires_grad_(False) if with_reference else None
+        # the frozen reference only ever runs forward in the compute dtype: store it so (half the memory under bf16).
+        # With LoRA there is no second model: the base with the adapter disabled, or a snapshot of the adapter
+        self.reference = None
+        self.reference_adapter: lora.Snapshot | None = None
+        self.reference_is_base = False
+        if with_reference and lora_spec:
+            self.reference_adapter = lora.Snapshot(self.model)  # the starting adapter (held for checkpoints' sake)
+            self.reference_is_base = not lora_spec.init  # a fresh adapter is the base exactly: run it disabled
+        elif with_reference:
+            self.reference = self._build(compute_dtype, False).eval().requires_grad_(False)
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # all, or the adapter's
         # fused: one kernel over all parameters instead of a Python loop of per-tensor ops (CPU and CUDA since torch 2.4;
         # DTensor shards included): the built-in model's AdamW step takes 0.6 instead of 2.7 ms on 2 CPU cores
         fused = self.device.type in FUSED_OPTIMIZER_DEVICES
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused)
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=lr, weight_decay=weight_decay, fused=fused)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, partial(lr_factor, warmup=warmup_steps, total=total_updates, schedule=lr_schedule)
         )
@@ -166,23 +180,27 @@ class Learner:
         self.sync_every_micro_batch = self.device.type == "cuda"
         self.plain_head = has_plain_head(self.model, self.device)  # else response logprobs take the model's own logits
 
-    def _build(self, dtype: str, activation_checkpointing: bool) -> PreTrainedModel:
-        """The model from `model_path` on this rank's device: fully_shard-ed per decoder layer and at the root when
-        sharded. Sharded, only rank 0 reads the checkpoint; every rank builds the model with its parameters on the meta
-        device (no memory), shards it, allocates its own shards, and rank 0 broadcasts the weights into them: one full
-        copy on one rank instead of one per rank (227 GiB of fp32 per 8-rank node for a 7B model)."""
+    def _build(self, dtype: str, activation_checkpointing: bool, lora_spec: lora.LoraSpec | None = None,
+               adapter_dtype: str = "float32") -> PreTrainedModel:  # fmt: skip
+        """The model from `model_path` on this rank's device (with lora_spec's adapter, in `adapter_dtype`, over a base
+        in `dtype`): fully_shard-ed per decoder layer and at the root when sharded. Sharded, only rank 0 reads the
+        checkpoint; every rank builds the model with its parameters on the meta device (no memory), shards it,
+        allocates its own shards, and rank 0 broadcasts the weights (and its seeded adapter) into them: one full copy
+        on one rank instead of one per rank (227 GiB of fp32 per 8-rank node for a 7B model)."""
         torch_dtype = getattr(torch, dtype)
-        if not self.sharded:
-            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype)
+
+        def adapted(model: PreTrainedModel) -> PreTrainedModel:
             if activation_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            return lora.wrap(model, lora_spec, getattr(torch, adapter_dtype)) if lora_spec else model
+
+        if not self.sharded:
+            model = adapted(AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype))
             torch.nn.Module.to(model, self.device)  # (not through transformers' `to`, which mypy mis-types)
             return model
-        full = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype).state_dict() if self.rank == 0 else {}
+        full = adapted(AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype)).state_dict() if self.rank == 0 else {}
         with _parameters_on_meta():
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.model_path), dtype=torch_dtype)
-        if activation_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model = adapted(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.model_path), dtype=torch_dtype))
         buffers = {name: b.clone() for name, b in model.named_buffers()}  # rotary tables etc., computed, not stored
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         layer_types = set(getattr(model, "_no_split_modules", None) or [])  # HF's name for the decoder block class
@@ -220,7 +238,10 @@ class Learner:
             torch.cuda.empty_cache()  # the allocator keeps freed activation blocks otherwise; vLLM's own pool cannot use them
 
     def refresh_reference(self) -> None:
-        """pi_ref <- pi_theta (shard by shard: both models are sharded the same way)."""
+        """pi_ref <- pi_theta (shard by shard: both models are sharded the same way; with LoRA, the adapter's)."""
+        if self.reference_adapter is not None:
+            self.reference_adapter.copy_from(self.model)
+            self.reference_is_base = False
         if self.reference is not None:
             for model in (self.model, self.reference):
                 for module in model.modules():  # FSDP2 leaves the root's parameters gathered after a forward
@@ -244,16 +265,29 @@ class Learner:
             return response_logprobs(model, batch, with_entropy=with_entropy, temperature=self.temperature,
                                      plain_head=self.plain_head, chunk_tokens=self.logits_chunk_tokens)  # fmt: skip
 
+    def _as_reference(self) -> contextlib.AbstractContextManager:
+        """While active, self.model computes pi_ref (LoRA: the base with the adapter disabled, or the adapter's
+        snapshot swapped in)."""
+        if self.reference_is_base:
+            return self.model.disable_adapter()
+        assert self.reference_adapter is not None, "no reference: kl_coef is 0"
+        return self.reference_adapter.swapped_in(self.model)
+
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch, *, reference: bool = False) -> torch.Tensor:
-        """Response logprobs [N, T] under the policy (or the reference): each rank computes its rows, then all share."""
-        model = self.reference if reference else self.model
+        """Response logprobs [N, T] under the policy (or the reference): each rank computes its rows, then all share.
+        No dropout (LoRA's): these are the policy's probabilities, not a training forward's."""
+        in_place = reference and self.reference is None  # LoRA: the policy's model, as the reference
+        model = self.model if not reference or in_place else self.reference
         assert model is not None, "no reference model: kl_coef is 0"
         mine = batch.select(self._my_rows(batch.num_rows)).to(self.device)
-        dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)  # bf16 compute still returns fp32
+        dtype = torch.promote_types(self.trainable[0].dtype, torch.float32)  # bf16 compute still returns fp32
         local = torch.zeros(mine.response_mask.shape, dtype=dtype, device=self.device)  # [N / world, T]
-        for rows in self._micro_batches(mine):
-            local[rows] = self._response_logprobs(model, mine.select(rows), False)[0].to(local.dtype)
+        self.model.eval()
+        with self._as_reference() if in_place else contextlib.nullcontext():
+            for rows in self._micro_batches(mine):
+                local[rows] = self._response_logprobs(model, mine.select(rows), False)[0].to(local.dtype)
+        self.model.train()
         if self.world_size == 1:
             return local.cpu()
         gathered = [torch.empty_like(local) for _ in range(self.world_size)]
@@ -324,7 +358,7 @@ class Learner:
                     extremes[k] = torch.maximum(extremes[k], v) if k in extremes else v
             assert entropy is not None
             entropy_sum += (entropy * mask[micro]).sum()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.grad_clip)
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         bad = not torch.isfinite(grad_norm).item()  # the same on every rank: the norm is global
@@ -347,36 +381,59 @@ class Learner:
         out["bad"] = float(bad)
         return out
 
+    def _full(self, param: torch.Tensor) -> torch.Tensor:
+        """A parameter's whole tensor: all-gathered from its shards (a collective), or itself."""
+        if isinstance(param, DTensor):
+            shard = cast(DTensor, param.detach().to(self.device))  # offloaded shards come to the device first
+            return shard.full_tensor()  # all-gather this parameter's shards
+        return param.detach()  # the root's parameters stay gathered after a forward (FSDP2's heuristic for the root)
+
     @torch.no_grad()
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full weights in checkpoint names (tied weights once), gathered one parameter at a time.
+        """Full weights in checkpoint names (tied weights once), gathered one parameter at a time; with LoRA, the base's
+        with the adapter merged in (rlvr.lora.merged_weights).
 
         A collective: every rank must consume the whole iterator, in order. Peak extra memory is the
         largest single parameter (the gather is bounded by it, not by the model).
         """
+        if self.lora:
+            yield from lora.merged_weights(self.model, self._full)
+            return
         for name, param in self.model.named_parameters():
-            if isinstance(param, DTensor):
-                shard = cast(DTensor, param.detach().to(self.device))  # offloaded shards come to the device first
-                yield name, shard.full_tensor()  # all-gather this parameter's shards
-            else:  # the root's parameters stay gathered after a forward (FSDP2's heuristic for the root)
-                yield name, param.detach()
+            yield name, self._full(param)
 
     def save(self, folder: Path) -> None:
-        """A Hugging Face folder (safetensors + config + tokenizer) that transformers and vLLM load; rank 0 writes it.
+        """A Hugging Face folder (safetensors + config + tokenizer) that transformers and vLLM load; with LoRA the
+        merged model, and the adapter in its `adapter` folder (rlvr.lora). Rank 0 writes it.
 
         A collective (the full weights are gathered on every rank).
         """
         state = {name: tensor.cpu() for name, tensor in self.named_weights()}
+        adapter = self.save_adapter(folder / lora.ADAPTER_FOLDER) if self.lora else None
         if self.rank == 0:
             folder.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(folder, state_dict=state, safe_serialization=True)
+            base = self.model.get_base_model() if adapter is not None else self.model
+            base.save_pretrained(folder, state_dict=state, safe_serialization=True)
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(folder)
 
+    @torch.no_grad()
+    def save_adapter(self, folder: Path) -> Path:
+        """The adapter as a peft folder (rank 0 writes it; a collective): what the engine loads in adapter sync."""
+        weights = lora.adapter_weights(self.model, self._full)
+        if self.rank == 0:
+            lora.save_adapter(self.model, weights, folder)
+        return folder
+
     def _sharded_state(self) -> dict:
-        model, optim = get_state_dict(self.model, self.optimizer)
+        # LoRA: the adapter and its optimizer state; the frozen base is model.path's, and is not written again
+        options = StateDictOptions(ignore_frozen_params=self.lora is not None)
+        model, optim = get_state_dict(self.model, self.optimizer, options=options)
         state = {"model": model, "optim": optim}
         if self.reference is not None:  # pi_ref: the initial weights, or pi_theta at the last refresh
             state["reference"] = get_model_state_dict(self.reference)
+        if self.reference_adapter is not None:
+            state["reference_adapter"] = self.reference_adapter.tensors
+            state["reference_is_base"] = torch.tensor(self.reference_is_base)
         return state
 
     def save_state(self, folder: Path) -> None:
@@ -397,6 +454,9 @@ class Learner:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             dcp.load(state, checkpoint_id=str(folder), no_dist=self.world_size == 1)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        options = StateDictOptions(strict=self.lora is None)  # LoRA: the frozen base is not in the checkpoint
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
+        if self.reference_adapter is not None:  # loaded in place into the snapshot's tensors
+            self.reference_is_base = bool(state["reference_is_base"])
         if self.reference is not None:
             set_model_state_dict(self.reference, state["reference"])

@@ -61,7 +61,8 @@ class _TokenLogprobs(torch.autograd.Function):
         chunk = max(1, min(m, ctx.chunk_tokens))
         z_buf = torch.empty(chunk, v, dtype=acc, device=hidden.device)  # [c, V]
         grad_hidden = torch.empty_like(hidden)  # [M, H]
-        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)  # [V, H]
+        # a frozen head (LoRA) gets no weight gradient: no [V, H] accumulator, one product less per chunk
+        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device) if ctx.needs_input_grad[1] else None  # [V, H]
         for s in range(0, m, chunk):
             h, g = hidden[s : s + chunk], grad_logp[s : s + chunk].to(acc)  # [c, H], [c]
             dz = _logits(h, weight, ctx.temperature, z_buf)  # [c, V]
@@ -71,11 +72,13 @@ class _TokenLogprobs(torch.autograd.Function):
                 dz.div_(ctx.temperature)  # now the gradient of the raw logits h W^T
             dz_c = dz if dz.dtype == hidden.dtype else dz.to(hidden.dtype)
             grad_hidden[s : s + chunk] = dz_c @ weight
+            if grad_weight is None:
+                continue
             if dz_c.dtype == acc:
                 grad_weight.addmm_(dz_c.T, h)
             else:
                 grad_weight += (dz_c.T @ h).to(acc)
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
+        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None, None
 
 
 def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, buffer: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,12 @@ class ModelShape:
     def num_params(self) -> int:
         return self.root_params + self.num_layers * self.layer_params
 
+    def lora_params(self, rank: int) -> int:
+        """A rank-`rank` LoRA adapter on every linear layer of the decoder (rlvr.lora's default): A [r, in] and
+        B [out, r] for q, k, v, o, gate, up and down."""
+        h, q, kv, i = self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size
+        return self.num_layers * rank * ((h + q) * 2 + (h + kv) * 2 + (h + i) * 3)
+
 
 def activation_bytes_per_token(
     shape: ModelShape, *, compute_bytes: int, checkpointing: bool, autocast: bool = False, seq_len: int = 0
@@ -128,6 +134,7 @@ def learner_memory(
     cpu_offload: bool = False,
     seq_len: int = 0,
     response_tokens: int | None = None,
+    lora_rank: int = 0,
 ) -> dict[str, int]:
     """Bytes one rank's device holds at the learner's peak, by what holds them: the backward of a micro-batch of
     `tokens` padded tokens (`response_tokens` of them through the LM head, default all) that is not the first of its
@@ -138,6 +145,11 @@ def learner_memory(
     gradients at once). The parts returned are those of the peak moment: "logits" is the head's share and the
     embedding's at the end of backward. With trainer.cpu_offload the master
     weights, gradients and AdamW state live in host memory (`host` below, not on the device).
+
+    `lora_rank` > 0 (model.lora.rank, every linear layer adapted): the base is frozen in the compute dtype and only the
+    adapter has fp32 weights, gradients and AdamW state; no reference copy (the adapter disabled); the head and the
+    embedding get no gradient; each adapted projection saves its [rank] intermediate, and under autocast a second bf16
+    cast of its input for A. Derived from rlvr.lora's structure, not yet checked by scripts/measure_memory.py.
     """
     n, w, b, v, h = shape.num_params, world_size, DTYPE_BYTES[precision], shape.vocab_size, shape.hidden_size
     sharded = world_size > 1 or cpu_offload  # FSDP2; a world of one trains the plain module, with autocast for bf16
@@ -145,15 +157,20 @@ def learner_memory(
     m = tokens if response_tokens is None else response_tokens
     c = max(1, min(m, chunk_tokens))
     on_device = 0 if cpu_offload else 1
+    a = shape.lora_params(lora_rank)
     state = {
         "weights": 4 * n // w,
         "gradients": 4 * n // w,
         "optimizer": 8 * n // w,
         "reference": b * n // w if reference else 0,
     }
+    if lora_rank:
+        state = {"weights": (b * n + 4 * a) // w, "gradients": 4 * a // w, "optimizer": 8 * a // w, "reference": 0}
     # the compute copies: autocast's bf16 casts of every matmul weight (the head's included), kept for backward; or
     # FSDP2's gathered root (embedding, head) and two layers (the current one and the prefetched next one)
-    if autocast:
+    if autocast and lora_rank:  # the base is bf16 already: autocast casts only the adapter
+        copies = copies_backward = 2 * a
+    elif autocast:
         copies = 2 * (shape.num_layers * shape.linear_params + shape.embedding_params)
         copies_backward = copies if not checkpointing else 2 * (shape.linear_params + shape.embedding_params)
     elif sharded and b == 2:
@@ -163,9 +180,12 @@ def learner_memory(
     per_token = activation_bytes_per_token(
         shape, compute_bytes=b, checkpointing=checkpointing, autocast=autocast, seq_len=seq_len
     )
+    if lora_rank:  # per adapted projection its [r] intermediate; under autocast A's own cast of q/k/v/gate/up's input
+        per_token += shape.num_layers * (7 * lora_rank * b + (5 * b * h if autocast else 0))
     activations = tokens * per_token + m * (b * h + 8)  # + the head's saved input and logsumexp
     head_forward = 2 * 4 * c * v
-    head_backward = 4 * v * h + 4 * c * v + (6 * v * h + 2 * c * v if b == 2 else 0) + b * m * h
+    head_weight_grad = 0 if lora_rank else 4 * v * h + (6 * v * h if b == 2 else 0)  # a frozen head has none
+    head_backward = head_weight_grad + 4 * c * v + (2 * c * v if b == 2 else 0) + b * m * h
     # the end of backward, activations gone: the embedding's dense gradient; a tied head's gradient waits in autograd's
     # buffer for it and the two are summed; FSDP2's root then casts its gradients to fp32 for the reduce-scatter
     root, vh = shape.root_params, shape.embedding_params
@@ -173,6 +193,8 @@ def learner_memory(
         copies_end, grads_end = b * root, (b + 4) * root + (2 * b * vh if shape.tied_embeddings else 0)
     else:
         copies_end, grads_end = 0, 4 * vh * (3 if shape.tied_embeddings else 1)
+    if lora_rank:  # a frozen embedding and head: no gradient at the end of backward
+        grads_end = 0
     moments = [
         (head_forward + copies + activations, head_forward, copies, activations),
         (head_backward + copies_backward + activations, head_backward, copies_backward, activations),
@@ -193,9 +215,13 @@ def learner_resident(memory: dict[str, int]) -> int:
     return memory["weights"] + memory["optimizer"] + memory["reference"]
 
 
-def learner_host_bytes(shape: ModelShape, *, world_size: int, cpu_offload: bool) -> int:
+def learner_host_bytes(shape: ModelShape, *, world_size: int, cpu_offload: bool, lora_rank: int = 0) -> int:
     """Host memory per rank for the learner's state under trainer.cpu_offload (0 without it)."""
-    return 16 * shape.num_params // world_size if cpu_offload else 0
+    if not cpu_offload:
+        return 0
+    if lora_rank:  # the frozen base (stored as trained in the compute dtype; fp32 here, the worst case) and the adapter's 16 bytes
+        return (4 * shape.num_params + 16 * shape.lora_params(lora_rank)) // world_size
+    return 16 * shape.num_params // world_size
 
 
 def kv_bytes_per_token(shape: ModelShape, *, dtype: str, tensor_parallel_size: int = 1) -> int:

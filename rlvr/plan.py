@@ -127,6 +127,7 @@ def plan(
         reference=a.kl_coef > 0,
         cpu_offload=t.cpu_offload,
         seq_len=row,
+        lora_rank=cfg.model.lora.rank,
     )
     engine = memory.engine_memory(
         shape,
@@ -170,7 +171,7 @@ def plan(
             "row_tokens": row,
         },
         "host_gib_per_gpu": _gib(
-            memory.learner_host_bytes(shape, world_size=gpus, cpu_offload=t.cpu_offload)
+            memory.learner_host_bytes(shape, world_size=gpus, cpu_offload=t.cpu_offload, lora_rank=cfg.model.lora.rank)
             + (engine["weights"] if s.sleep else 0)
         ),
         "params": shape.num_params,
@@ -185,7 +186,7 @@ def suggestions(
 ) -> list[dict[str, str]]:
     """The knobs that each alone make the run fit, each checked by planning again with it applied: more GPUs (the
     fewest that fit and split the batch), activation checkpointing, a smaller token budget, a smaller engine share,
-    CPU offload; and LoRA, which does not exist yet."""
+    CPU offload, LoRA (model.lora.rank=16)."""
 
     def fits(c: Config, n: int = gpus) -> bool:
         try:
@@ -237,12 +238,9 @@ def suggestions(
         out.append(
             {"set": "trainer.cpu_offload=true", "why": "the learner's fp32 state in host memory (slower updates)"}
         )
-    out.append(
-        {
-            "set": "LoRA",
-            "why": "not available yet: adapters would leave the base weights frozen in bf16, no AdamW state for them",
-        }
-    )
+    lora = replace(cfg.model, lora=replace(cfg.model.lora, rank=16))
+    if not cfg.model.lora.rank and fits(_with(cfg, model=lora)):
+        out.append({"set": "model.lora.rank=16", "why": "a LoRA adapter on a frozen base in the compute dtype (raise trainer.lr ~10x)"})
     return out
 
 
@@ -262,17 +260,18 @@ def describe(result: dict[str, Any], cfg: Config, shape: ModelShape) -> str:
     lines = [
         f"rlvr plan: {cfg.model.path}: {shape.num_params / 1e9:.2f}B parameters ({shape.num_layers} layers, hidden "
         f"{shape.hidden_size}, vocabulary {shape.vocab_size:,}) on {result['gpus']} x {result['gpu_memory_gib']:g} GiB GPU, "
-        f"full fine-tuning",
+        + (f"LoRA rank {cfg.model.lora.rank} ({shape.lora_params(cfg.model.lora.rank) / 1e6:.1f}M adapter parameters)"
+           if cfg.model.lora.rank else "full fine-tuning"),
         "settings: " + ", ".join(s.lines(settings.asked(cfg))),
         f"micro-batch: {mb['tokens']:,} padded tokens ({mb['rows']} rows of {mb['row_tokens']:,}{assumed})",
         f"per GPU, of {result['usable_gib']:.1f} GiB usable ({memory.USABLE_FRACTION:.0%}):",
     ]
     labels = {
-        "learner_state": "learner state kept (fp32 weights, AdamW, reference)",
+        "learner_state": "learner state kept (weights, AdamW, reference)",
         "engine_weights": f"engine weights ({s.engine_dtype})",
         "engine_kv_cache": f"engine KV cache ({kv['tokens']:,} tokens; a round needs {kv['round_tokens']:,})",
         "engine_overhead": "engine activations, CUDA graphs",
-        "weights": "weights (fp32 master)",
+        "weights": f"weights (frozen {s.precision} base, fp32 adapter)" if cfg.model.lora.rank else "weights (fp32 master)",
         "gradients": "gradients (fp32)",
         "optimizer": "AdamW moments (2 x fp32)",
         "reference": "reference model",

@@ -204,7 +204,8 @@ def _activation_room(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_s
     learner holds besides activations at its peak (rlvr.memory.learner_memory: sharded fp32 weights, gradients and AdamW
     state, the reference, the compute copies of the weights, the LM head's chunks) and the engine where it stays awake."""
     parts = learner_memory(shape, world_size=world_size, precision=precision, checkpointing=False, tokens=chunk,
-                           chunk_tokens=chunk, reference=cfg.algo.kl_coef > 0, cpu_offload=cfg.trainer.cpu_offload)  # fmt: skip
+                           chunk_tokens=chunk, reference=cfg.algo.kl_coef > 0, cpu_offload=cfg.trainer.cpu_offload,
+                           lora_rank=cfg.model.lora.rank)  # fmt: skip
     fixed = sum(v for k, v in parts.items() if k != "activations")
     engine = 0 if sleep else int(cfg.rollout.gpu_memory_utilization * device.memory_gib * GIB)
     return int(USABLE_FRACTION * device.memory_gib * GIB) - fixed - engine

@@ -22,7 +22,7 @@ import psutil
 import torch
 from omegaconf import OmegaConf
 
-from rlvr import algo, checkpoint, distributed, prompts, samples, settings
+from rlvr import algo, checkpoint, distributed, lora, prompts, samples, settings
 from rlvr.config import Advantage, Config, ConfigError, PiOld, check_world
 from rlvr.data import PromptStream
 from rlvr.evaluation import evaluate
@@ -67,6 +67,7 @@ def train(cfg: Config) -> Path:
     # its prompt budget, the reward functions (the verifier workers start here).
     checkpoint.ensure_writable(out)
     model_path = resolve_model_path(cfg.model.path)
+    lora.check_init(cfg)
     resume_from = checkpoint.resolve_resume(t.resume, out)
     # every `auto` becomes a value for this device and model (rank 0's device); a resume keeps what the run started with
     device = distributed.broadcast_object(settings.DeviceSpec.detect(distributed.local_world_size()))
@@ -106,8 +107,13 @@ def train(cfg: Config) -> Path:
         cpu_offload=t.cpu_offload,
         logits_chunk_tokens=t.logits_chunk_tokens,
         tf32=t.tf32,
+        lora_spec=lora.LoraSpec.from_config(cfg),
     )
-    engine = Engine.from_config(model_path, cfg, max_model_len)
+    sync = lora.sync_mode(cfg)  # LoRA: how the engine follows the adapter (None: full weights)
+    engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=cfg.model.lora.rank if sync == "adapter" else 0)
+    push = partial(push_weights, engine, learner, sync, out)
+    if cfg.model.lora.init:  # the engine starts from the base: give it the starting adapter
+        push()
     seed_everything(t.seed)
     # what a checkpoint carries besides weights and RNGs (elapsed_s, train_s: the clock at that step; pi_old_fell_back:
     # the engine's logprobs strayed from the learner's, pi_old comes from the learner; informative_frac:
@@ -116,7 +122,7 @@ def train(cfg: Config) -> Path:
                            "informative_frac": None, "pi_old_fell_back": False}  # fmt: skip
     if resume_from is not None:
         run = restore(resume_from, learner, stream, t.seed)
-        engine.load_weights(learner.named_weights())
+        push()
     logger = MetricsLogger(
         out,
         max_steps=t.max_steps,
@@ -132,6 +138,11 @@ def train(cfg: Config) -> Path:
     sizer = RoundSizer.for_config(a, run["informative_frac"])
     for note in setting_notes:
         logger.note(note)
+    if sync is not None:
+        trained = sum(p.numel() for p in learner.trainable)  # (a DTensor counts its whole tensor)
+        logger.note(f"LoRA: rank {cfg.model.lora.rank}, alpha {cfg.model.lora.alpha:g}; {trained:,} trained parameters; "
+                    f"the engine follows the adapter {'merged into its weights' if sync == 'merged' else 'as a vLLM LoRA adapter'} "
+                    f"(model.lora.sync={sync})")  # fmt: skip
     from_engine = pi_old_from_engine(cfg, learner.precision) and not run["pi_old_fell_back"]
     if from_engine:
         logger.note(f"algo.pi_old={a.pi_old.value}: pi_old is the engine's sampled-token logprobs (the learner checks them at evaluations)")
@@ -236,7 +247,7 @@ def train(cfg: Config) -> Path:
         # 8. Push the new weights into the engine (its prefix cache is reset there). A sleeping engine wakes its weights,
         # takes the new ones, then wakes its KV cache, into the memory the learner's allocator has just given back.
         learner.release_memory()
-        engine.load_weights(learner.named_weights())
+        push()
         t_sync = time.perf_counter()
 
         # 9. Reference refresh, metrics, evaluation.
@@ -299,6 +310,20 @@ def train(cfg: Config) -> Path:
     engine.close()  # vLLM's shutdown tears down its process groups (and the default one): before ours
     distributed.shutdown()
     return out
+
+
+def push_weights(engine: Engine, learner: Learner, sync: str | None, out: Path) -> None:
+    """The learner's policy into the engine: its full weights (sync None: full fine-tuning; "merged": LoRA merged in),
+    or its adapter as a peft folder that the engine loads as a new vLLM LoRA adapter (rlvr.lora). A collective."""
+    if sync == "adapter":
+        folder = learner.save_adapter(out / ENGINE_ADAPTER_FOLDER)  # rank 0 writes it (overwriting the last push's)
+        distributed.barrier()  # written before any rank's engine reads it
+        engine.load_adapter(folder)
+    else:
+        engine.load_weights(learner.named_weights())
+
+
+ENGINE_ADAPTER_FOLDER = ".engine_adapter"  # in the run folder: the adapter of the last push (model.lora.sync=adapter)
 
 
 def save_checkpoint(out: Path, run: dict[str, Any], learner: Learner, stream: PromptStream, keep_last: int) -> None:

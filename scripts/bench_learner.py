@@ -170,18 +170,21 @@ def measure(
     steps: int,
     precision: str = "auto",
     activation_checkpointing: bool = False,
+    lora_rank: int = 0,
 ) -> dict:
     """Build a Learner on `model_path`, time its logprobs and updates on a synthetic batch; this rank's numbers."""
     from rlvr import distributed
     from rlvr.learner import Learner
+    from rlvr.lora import LoraSpec
 
     distributed.init()
     device = distributed.device()
+    spec = LoraSpec(rank=lora_rank, alpha=32.0, dropout=0.0, target_modules=None, init=None, seed=0) if lora_rank else None
     rss_start = rss_mib()
     learner, build_s = timed(
         lambda: Learner(model_path, dtype="float32", lr=1e-6, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
                         total_updates=10**6, grad_clip=1.0, micro_batch_rows=micro_batch_rows, with_reference=False,
-                        precision=precision, activation_checkpointing=activation_checkpointing),  # fmt: skip
+                        precision=precision, activation_checkpointing=activation_checkpointing, lora_spec=spec),  # fmt: skip
         device,
     )
     mem_after_build = torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else rss_mib()
@@ -208,6 +211,8 @@ def measure(
         "device": device.type,
         "threads": torch.get_num_threads(),
         "params": sum(p.numel() for p in learner.model.parameters()),  # DTensor numel is the global size
+        "trained_params": sum(p.numel() for p in learner.trainable),
+        "lora_rank": lora_rank,
         "rows": rows,
         "prompt_len": prompt_len,
         "response_len": response_len,
@@ -235,7 +240,7 @@ def worker(args: argparse.Namespace) -> None:
     result = measure(
         args.model_path, rows=args.rows, prompt_len=args.prompt_len, response_len=args.response_len,
         micro_batch_rows=args.micro_batch_rows, warmup=args.warmup, steps=args.steps,
-        precision=args.precision, activation_checkpointing=args.activation_checkpointing,
+        precision=args.precision, activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
     )  # fmt: skip
     Path(args.result_dir, f"rank{result['rank']}.json").write_text(json.dumps(result, indent=1))
     from rlvr import distributed
@@ -255,7 +260,7 @@ def launch(model: str, model_path: str, world: int, args: argparse.Namespace, tm
         "--model-path", model_path, "--result-dir", str(result_dir), "--rows", str(rows), "--prompt-len", str(prompt_len),
         "--response-len", str(response_len), "--micro-batch-rows", str(args.micro_batch_rows), "--warmup", str(args.warmup),
         "--steps", str(args.steps), "--threads-per-rank", str(per_rank), "--precision", args.precision,
-        *(["--activation-checkpointing"] if args.activation_checkpointing else []),
+        *(["--activation-checkpointing"] if args.activation_checkpointing else []), "--lora-rank", str(args.lora_rank),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}  # torchrun would otherwise force 1 thread per rank
     subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)  # the workers' chatter to stderr: stdout is the table
@@ -271,6 +276,7 @@ def table_row(model: str, ranks: list[dict]) -> str:
     peak = " / ".join(f"{r['peak_mib']:.0f}" for r in ranks)
     increment = " / ".join(f"{r['peak_mib'] - r['mem_after_build_mib']:.0f}" for r in ranks)
     shape = f"{r0['rows']} x ({r0['prompt_len']}+{r0['response_len']})"
+    model += f" LoRA r{r0['lora_rank']} ({r0['trained_params'] / 1e6:.2f}M trained)" if r0.get("lora_rank") else ""
     return (f"| {model} | {r0['params'] / 1e6:.2f}M | {r0['world']} | {r0['threads']} | {shape} | {r0['micro_batch_rows']} | "
             f"{update_s:.3f} | {r0['response_tokens'] / update_s:,.0f} | {logprobs_s:.3f} | {built} | {peak} | {increment} |")  # fmt: skip
 
@@ -581,6 +587,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cores in all, split over the ranks (--realistic: each measurement's threads)")
     ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"], help="Learner precision (auto: bf16 on CUDA, fp32 on CPU)")
     ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--lora-rank", type=int, default=0, help="train a LoRA adapter of this rank on every linear layer (0: every weight)")
     ap.add_argument("--out", help="write every rank's numbers here (JSON)")
     ap.add_argument("--realistic", action="store_true", help="rlvr's Learner against the naive implementation on a realistic batch")
     ap.add_argument("--json", action="store_true", help="(--realistic) the last line of stdout: one JSON object")

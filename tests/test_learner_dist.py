@@ -35,21 +35,23 @@ def _batch():
     return synthetic_batch(n=8)
 
 
-def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None, sync_every: bool) -> None:
+def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None, sync_every: bool, lora_rank: int) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # two CPU ranks on a small machine
     from rlvr import distributed
     from rlvr.learner import Learner
+    from rlvr.lora import LoraSpec, adapter_weights
 
     distributed.init()
     batch = _batch()
     adv = torch.linspace(-1.2, 1.0, batch.num_rows, dtype=torch.float64)  # [N]
     out = {}
     rows, tokens = LAYOUTS[world_size]
-    for aggregation, ratio, kl_coef in CASES:
+    spec = LoraSpec(rank=lora_rank, alpha=2.0 * lora_rank, dropout=0.0, target_modules=None, init=None, seed=3) if lora_rank else None
+    for aggregation, ratio, kl_coef in CASES[::2] if lora_rank else CASES:  # LoRA: GRPO's (its reference: the base) and DAPO's
         learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.01, warmup_steps=0, lr_schedule="constant",
                           total_updates=2, grad_clip=0.5, micro_batch_rows=rows, micro_batch_tokens=tokens,
-                          with_reference=kl_coef > 0, shard=shard)  # fmt: skip
+                          with_reference=kl_coef > 0, shard=shard, lora_spec=spec)  # fmt: skip
         learner.sync_every_micro_batch = sync_every  # the GPU's reduce-scatter after every micro-batch, on CPU
         g = torch.Generator().manual_seed(1)
         noise = torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
@@ -61,20 +63,22 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
                       kl_coef=kl_coef, kl_estimator="k3", clip_ratio_c=None, rollout_correction="token_truncated",
                       rollout_correction_cap=2.0)  # fmt: skip
         metrics = [learner.update(batch, adv, batch.response_mask, old, ref, loss_kwargs=kwargs) for _ in range(2)]
-        weights = {name: t.clone() for name, t in learner.named_weights()}
+        weights = {name: t.clone() for name, t in learner.named_weights()}  # with LoRA: merged
+        if spec is not None:
+            weights.update(adapter_weights(learner.model, learner._full))
         out[f"{aggregation}/{ratio}"] = (weights, metrics)
     if rank == 0:
-        torch.save(out, f"{tmp}/world{world_size}-{shard}-{sync_every}.pt")
+        torch.save(out, f"{tmp}/world{world_size}-{shard}-{sync_every}-{lora_rank}.pt")
     distributed.shutdown()
 
 
-def _run(world_size: int, tmp: Path, shard: bool | None = None, sync_every: bool = False) -> dict:
+def _run(world_size: int, tmp: Path, shard: bool | None = None, sync_every: bool = False, lora_rank: int = 0) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(_worker, args=(world_size, port, str(tmp), shard, sync_every), nprocs=world_size, join=True,
-                       start_method="spawn")  # fmt: skip
-    return torch.load(tmp / f"world{world_size}-{shard}-{sync_every}.pt", weights_only=False)
+    mp.start_processes(_worker, args=(world_size, port, str(tmp), shard, sync_every, lora_rank), nprocs=world_size,
+                       join=True, start_method="spawn")  # fmt: skip
+    return torch.load(tmp / f"world{world_size}-{shard}-{sync_every}-{lora_rank}.pt", weights_only=False)
 
 
 def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,3 +107,31 @@ def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytes
                 assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-12), (case, key)
         assert m1[1]["clip_frac"] > 0, case
         assert 0 < m1[0]["rollout_capped_frac"] < 1, case
+
+
+def test_one_and_two_ranks_train_the_same_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LoRA under FSDP2: the adapter's A and B (rank 0 draws A and broadcasts it; the base is frozen in every shard)
+    and the merged weights after two steps are those of one rank's plain module, for GRPO (KL against the base with
+    the adapter disabled) and DAPO; every B moved off zero and the merged weights off the base."""
+    here = Path(__file__).resolve().parent
+    for path in (here.parent, here):
+        monkeypatch.syspath_prepend(str(path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
+    one, two = _run(1, tmp_path, lora_rank=4), _run(2, tmp_path, lora_rank=4, sync_every=True)
+    from transformers import AutoModelForCausalLM
+
+    start = dict(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64).named_parameters())
+    assert len(one) == 2
+    for case in one:
+        (w1, m1), (w2, m2) = one[case], two[case]
+        assert any(".lora_A." in k for k in w1) and set(w1) == set(w2)
+        merged = [k for k in w1 if k in start]
+        assert max((w1[k] - start[k]).abs().max().item() for k in merged) > 1e-3, case
+        assert min(w1[k].abs().max().item() for k in w1 if ".lora_B." in k) > 1e-4, case
+        for name in w1:
+            torch.testing.assert_close(w2[name], w1[name], rtol=1e-5, atol=1e-8, msg=f"{case} {name}")
+        for a, b in zip(m1, m2):
+            assert ("kl" in a) == case.startswith("seq_mean_token_mean"), case  # GRPO's KL term
+            for key in ("pg_loss", "grad_norm", "entropy", "kl"):
+                if key in a:
+                    assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-12), (case, key)

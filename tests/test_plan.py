@@ -33,12 +33,25 @@ def test_7b_does_not_fit_one_80_gib_gpu_and_names_what_would(capsys):
     knobs = [s["set"] for s in result["suggestions"]]
     # 2 GPUs: 42.6 GiB of state beside the 40 GiB engine; 3 do not split the batch (64 prompts, minibatches of 4)
     assert knobs[0] == "plan.gpus=4"  # 4 prompts per mini-batch split over 4 ranks
-    assert "trainer.cpu_offload=true" in knobs and "LoRA" in knobs
+    assert "trainer.cpu_offload=true" in knobs and "model.lora.rank=16" in knobs
     assert "trainer.activation_checkpointing=true" not in knobs  # already on (auto) and not enough
-    for knob in knobs[1:-1]:  # each named knob, applied, makes the plan fit
+    for knob in knobs[1:]:  # each named knob, applied, makes the plan fit
         assert plan.main([Q7B, *knob.split()]) == 0, knob
     capsys.readouterr()
     assert plan.main([Q7B, "plan.gpus=2"]) == 1 and plan.main([Q7B, "plan.gpus=4"]) == 0
+
+
+def test_7b_with_lora_fits_one_80_gib_gpu(capsys):
+    """Rank 16 on every linear layer of Qwen2.5-7B: 40,370,176 adapter parameters (28 layers x 16 x (2 x (3584 + 3584)
+    + 2 x (3584 + 512) + 3 x (3584 + 18944))); the base frozen in bf16, 16 bytes a parameter for the adapter alone."""
+    code, result, out = run_plan(capsys, Q7B, "plan.gpus=1", "plan.gpu_memory_gib=80", "model.lora.rank=16")
+    adapter = 40_370_176
+    assert code == 0 and result["fits"] is True and "LoRA rank 16 (40.4M adapter parameters)" in out
+    learner = result["phases"]["learner"]
+    assert abs(learner["weights"] - (2 * N7B + 4 * adapter) / GIB) < 0.01
+    assert abs(learner["gradients"] - 4 * adapter / GIB) < 0.01 and abs(learner["optimizer"] - 8 * adapter / GIB) < 0.01
+    assert learner["reference"] == 0  # the base with the adapter disabled
+    assert abs(result["phases"]["rollout"]["learner_state"] - (2 * N7B + 12 * adapter) / GIB) < 0.01
 
 
 def test_7b_fits_8_gpus(capsys):
