@@ -10,7 +10,7 @@ import difflib
 import enum
 import math
 from dataclasses import MISSING as MISSING_FACTORY
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -300,7 +300,7 @@ def schema_keys() -> list[str]:
         keys = [prefix]
         for f in fields(cls):
             nested = f.default_factory if f.default_factory is not MISSING_FACTORY else None  # a nested section
-            keys += under(f"{prefix}.{f.name}", nested) if isinstance(nested, type) else [f"{prefix}.{f.name}"]
+            keys += under(f"{prefix}.{f.name}", nested) if is_dataclass(nested) else [f"{prefix}.{f.name}"]  # type: ignore[arg-type]
         return keys
 
     return [key for section, cls in _SECTIONS.items() for key in under(section, cls)]

@@ -151,12 +151,13 @@ class Learner:
         self.model.train()
         # the frozen reference only ever runs forward in the compute dtype: store it so (half the memory under bf16).
         # With LoRA there is no second model: the base with the adapter disabled, or a snapshot of the adapter
+        # With LoRA there is no second model: the reference is a snapshot of the starting adapter (a fresh one has B = 0,
+        # so the reference is the base model exactly), swapped in for its pass. (Not peft's disable_adapter: it flips
+        # requires_grad on the adapter, and FSDP2 fixes its gradient dtypes at the first forward from requires_grad.)
         self.reference = None
         self.reference_adapter: lora.Snapshot | None = None
-        self.reference_is_base = False
         if with_reference and lora_spec:
-            self.reference_adapter = lora.Snapshot(self.model)  # the starting adapter (held for checkpoints' sake)
-            self.reference_is_base = not lora_spec.init  # a fresh adapter is the base exactly: run it disabled
+            self.reference_adapter = lora.Snapshot(self.model)
         elif with_reference:
             self.reference = self._build(compute_dtype, False).eval().requires_grad_(False)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # all, or the adapter's
@@ -178,7 +179,9 @@ class Learner:
         # last: gloo's reduce-scatters do not overlap, and a 59M model on 2 ranks (4 micro-batches) measured 7.16 s and
         # 1219 MiB of live tensors per update syncing every micro-batch, 5.53 s and 1157 MiB syncing once
         self.sync_every_micro_batch = self.device.type == "cuda"
+        self.model.eval()  # (without dropout: the check compares two forwards)
         self.plain_head = has_plain_head(self.model, self.device)  # else response logprobs take the model's own logits
+        self.model.train()
 
     def _build(self, dtype: str, activation_checkpointing: bool, lora_spec: lora.LoraSpec | None = None,
                adapter_dtype: str = "float32") -> PreTrainedModel:  # fmt: skip
@@ -241,7 +244,6 @@ class Learner:
         """pi_ref <- pi_theta (shard by shard: both models are sharded the same way; with LoRA, the adapter's)."""
         if self.reference_adapter is not None:
             self.reference_adapter.copy_from(self.model)
-            self.reference_is_base = False
         if self.reference is not None:
             for model in (self.model, self.reference):
                 for module in model.modules():  # FSDP2 leaves the root's parameters gathered after a forward
@@ -265,14 +267,6 @@ class Learner:
             return response_logprobs(model, batch, with_entropy=with_entropy, temperature=self.temperature,
                                      plain_head=self.plain_head, chunk_tokens=self.logits_chunk_tokens)  # fmt: skip
 
-    def _as_reference(self) -> contextlib.AbstractContextManager:
-        """While active, self.model computes pi_ref (LoRA: the base with the adapter disabled, or the adapter's
-        snapshot swapped in)."""
-        if self.reference_is_base:
-            return self.model.disable_adapter()
-        assert self.reference_adapter is not None, "no reference: kl_coef is 0"
-        return self.reference_adapter.swapped_in(self.model)
-
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch, *, reference: bool = False) -> torch.Tensor:
         """Response logprobs [N, T] under the policy (or the reference): each rank computes its rows, then all share.
@@ -283,11 +277,15 @@ class Learner:
         mine = batch.select(self._my_rows(batch.num_rows)).to(self.device)
         dtype = torch.promote_types(self.trainable[0].dtype, torch.float32)  # bf16 compute still returns fp32
         local = torch.zeros(mine.response_mask.shape, dtype=dtype, device=self.device)  # [N / world, T]
+        if in_place:
+            assert self.reference_adapter is not None, "no reference: kl_coef is 0"
         self.model.eval()
-        with self._as_reference() if in_place else contextlib.nullcontext():
-            for rows in self._micro_batches(mine):
-                local[rows] = self._response_logprobs(model, mine.select(rows), False)[0].to(local.dtype)
-        self.model.train()
+        try:
+            with self.reference_adapter.swapped_in(self.model) if in_place else contextlib.nullcontext():  # type: ignore[union-attr]
+                for rows in self._micro_batches(mine):
+                    local[rows] = self._response_logprobs(model, mine.select(rows), False)[0].to(local.dtype)
+        finally:
+            self.model.train()
         if self.world_size == 1:
             return local.cpu()
         gathered = [torch.empty_like(local) for _ in range(self.world_size)]
@@ -408,11 +406,14 @@ class Learner:
 
         A collective (the full weights are gathered on every rank).
         """
-        state = {name: tensor.cpu() for name, tensor in self.named_weights()}
+        state = {}
+        for name, tensor in self.named_weights():  # every rank takes part in each gather; rank 0 alone keeps a copy
+            if self.rank == 0:
+                state[name] = tensor.cpu()
         adapter = self.save_adapter(folder / lora.ADAPTER_FOLDER) if self.lora else None
         if self.rank == 0:
             folder.mkdir(parents=True, exist_ok=True)
-            base = self.model.get_base_model() if adapter is not None else self.model
+            base = self.model.get_base_model() if adapter is not None else self.model  # type: ignore[operator]
             base.save_pretrained(folder, state_dict=state, safe_serialization=True)
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(folder)
 
@@ -431,9 +432,8 @@ class Learner:
         state = {"model": model, "optim": optim}
         if self.reference is not None:  # pi_ref: the initial weights, or pi_theta at the last refresh
             state["reference"] = get_model_state_dict(self.reference)
-        if self.reference_adapter is not None:
+        if self.reference_adapter is not None:  # LoRA's pi_ref: the adapter at the start or at the last refresh
             state["reference_adapter"] = self.reference_adapter.tensors
-            state["reference_is_base"] = torch.tensor(self.reference_is_base)
         return state
 
     def save_state(self, folder: Path) -> None:
@@ -456,7 +456,5 @@ class Learner:
             dcp.load(state, checkpoint_id=str(folder), no_dist=self.world_size == 1)
         options = StateDictOptions(strict=self.lora is None)  # LoRA: the frozen base is not in the checkpoint
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
-        if self.reference_adapter is not None:  # loaded in place into the snapshot's tensors
-            self.reference_is_base = bool(state["reference_is_base"])
-        if self.reference is not None:
+        if self.reference is not None:  # (LoRA's snapshot was loaded in place)
             set_model_state_dict(self.reference, state["reference"])

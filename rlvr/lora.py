@@ -2,12 +2,12 @@
 
 peft wraps the model: every targeted linear layer W (by default every linear layer of the decoder, peft's
 "all-linear", which leaves the LM head out) computes W x + (alpha / r) B A x, with A [r, in] drawn at random (seeded)
-and B [r, out] zero, so a fresh adapter is the base model exactly. The base stays frozen in the compute dtype; A and B
+and B [out, r] zero, so a fresh adapter is the base model exactly. The base stays frozen in the compute dtype; A and B
 are the master weights (float32, or the model's float64 in tests) and alone have gradients and AdamW state.
 
-The reference policy is the base with the adapter disabled (no second copy of the model) until algo.ref_update_every
-first refreshes it; from then on, and when training starts from an adapter (model.lora.init), it is a frozen copy of
-the adapter's tensors, swapped in for the reference's forward (`Snapshot`).
+The reference policy needs no second copy of the model: it is a frozen copy of the adapter's tensors (`Snapshot`),
+swapped in for the reference's forward: the starting adapter (a fresh one is B = 0, the base model exactly), then the
+adapter at each refresh (algo.ref_update_every).
 
 The engine follows the learner in one of two ways (model.lora.sync; `sync_mode`):
   merged   W + (alpha / r) B A in float32, pushed as full weights (the engine's weights are replaced, as in full
@@ -75,24 +75,38 @@ def check_init(cfg: Any) -> None:
     if not config_file.is_file():
         raise ConfigError(f"model.lora.init: {config_file} does not exist; point it at a peft adapter folder "
                           "(adapter_config.json and adapter_model.safetensors), e.g. <run>/model/adapter")  # fmt: skip
-    r = json.loads(config_file.read_text()).get("r")
+    saved = json.loads(config_file.read_text())
+    r, alpha = saved.get("r"), saved.get("lora_alpha")
     if r != lora.rank:
         raise ConfigError(f"model.lora.init: the adapter in {lora.init} has rank {r}, but model.lora.rank={lora.rank}; "
                           f"set model.lora.rank={r}")  # fmt: skip
+    if alpha is not None and float(alpha) != float(lora.alpha):
+        raise ConfigError(f"model.lora.init: the adapter in {lora.init} has alpha {alpha:g}, but model.lora.alpha="
+                          f"{lora.alpha:g}; set model.lora.alpha={alpha:g}")  # fmt: skip
+    variants = [k for k in ("use_dora", "use_rslora") if saved.get(k)]
+    if variants:
+        raise ConfigError(f"model.lora.init: the adapter in {lora.init} uses {', '.join(variants)}, which rlvr does not "
+                          "train or merge; start from a plain LoRA adapter")  # fmt: skip
 
 
-def wrap(model: torch.nn.Module, spec: LoraSpec, master_dtype: torch.dtype) -> Any:
+def wrap(model: Any, spec: LoraSpec, master_dtype: torch.dtype) -> Any:
     """The model with spec's adapter (a peft model): the base frozen, the adapter's A and B in `master_dtype` and
     trainable. A is drawn from spec.seed's generator (the global RNGs are left as they were)."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
+        head = model.get_output_embeddings()
+        linear = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head})
+        foreign = [t for t in spec.target_modules or () if t not in linear]
+        if foreign:  # the embedding and the LM head too: their adapters would be neither trained nor merged here
+            raise ConfigError(f"model.lora.target_modules: {', '.join(foreign)} is not a linear layer of the decoder; "
+                              f"choose among {', '.join(linear)} (null: all of them)")  # fmt: skip
         if spec.init:
             peft_model = PeftModel.from_pretrained(model, spec.init, is_trainable=True)
         else:
             targets = list(spec.target_modules) if spec.target_modules else "all-linear"
-            config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
+            config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # (a float works) lora_dropout=spec.dropout, target_modules=targets,
                                 bias="none", task_type="CAUSAL_LM")  # fmt: skip
             try:
                 peft_model = get_peft_model(model, config)
@@ -136,10 +150,10 @@ def merged_weights(model: Any, full: Callable[[torch.Tensor], torch.Tensor]) -> 
         if owner.endswith(".base_layer") and kind == "weight":
             layer = model.get_submodule(owner.removesuffix(".base_layer"))
             if isinstance(layer, LoraLayer) and ADAPTER in layer.lora_A:
-                a = full(layer.lora_A[ADAPTER].weight).to(out_dtype)  # [r, in]
-                b = full(layer.lora_B[ADAPTER].weight).to(out_dtype)  # [out, r]
+                a = full(layer.lora_A[ADAPTER].weight).to(out_dtype)  # type: ignore[arg-type]  # [r, in]
+                b = full(layer.lora_B[ADAPTER].weight).to(out_dtype)  # type: ignore[arg-type]  # [out, r]
                 delta = b @ a * layer.scaling[ADAPTER]  # [out, in]
-                weight = weight + (delta.T if layer.fan_in_fan_out else delta)
+                weight = weight + (delta.T if getattr(layer, "fan_in_fan_out", False) else delta)
         yield checkpoint_name(name), weight
 
 

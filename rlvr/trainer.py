@@ -205,7 +205,9 @@ def train(cfg: Config) -> Path:
         minibatches = math.ceil(num_groups / a.prompts_per_minibatch)
         evaluating = step == t.max_steps or bool(t.eval_every and step % t.eval_every == 0)
         several = minibatches * a.epochs > 1
-        learner_old = learner.logprobs(batch) if (several and not from_engine) or (from_engine and evaluating) else None  # [N, T]
+        # (a LoRA adapter in the engine is checked the same way at evaluations: nothing else would see a push that did not take)
+        check = (from_engine or sync == "adapter") and evaluating
+        learner_old = learner.logprobs(batch) if (several and not from_engine) or check else None  # [N, T]
         if learner_old is not None:
             gaps = (learner_old - batch.engine_logprobs).abs() * batch.response_mask  # [N, T]
             metrics["rollout/logprob_mismatch"] = algo.masked_mean(gaps, batch.response_mask).item()

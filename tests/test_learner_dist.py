@@ -53,6 +53,8 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
                           total_updates=2, grad_clip=0.5, micro_batch_rows=rows, micro_batch_tokens=tokens,
                           with_reference=kl_coef > 0, shard=shard, lora_spec=spec)  # fmt: skip
         learner.sync_every_micro_batch = sync_every  # the GPU's reduce-scatter after every micro-batch, on CPU
+        if spec is not None and kl_coef > 0:
+            _check_lora_reference_and_state(spec, learner, batch, adv, Path(tmp) / f"lora-state-{world_size}")
         g = torch.Generator().manual_seed(1)
         noise = torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
         old = learner.logprobs(batch) + 0.1 * noise  # [N, T] off-policy, so the clip is exercised
@@ -70,6 +72,36 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
     if rank == 0:
         torch.save(out, f"{tmp}/world{world_size}-{shard}-{sync_every}-{lora_rank}.pt")
     distributed.shutdown()
+
+
+def _check_lora_reference_and_state(spec, like, batch, adv, folder: Path) -> None:
+    """On this world size (FSDP2 over two ranks), with a LoRA learner built like `like`: the reference is the base model
+    exactly while the adapter has moved, follows the adapter at a refresh and stays put after, and save_state /
+    load_state restore adapter, AdamW state and reference."""
+    from rlvr.learner import Learner
+
+    learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
+                      total_updates=2, grad_clip=0.5, micro_batch_rows=like.micro_batch_rows,
+                      micro_batch_tokens=like.micro_batch_tokens, with_reference=True, shard=like.sharded, lora_spec=spec)  # fmt: skip
+    dapo = dict(ratio="token", clip_low=0.2, clip_high=0.28, aggregation="token_mean", max_len=8, kl_coef=0.0,
+                kl_estimator="k3", clip_ratio_c=None, rollout_correction="none", rollout_correction_cap=2.0)  # fmt: skip
+    base = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=2,
+                   grad_clip=0.5, micro_batch_rows=learner.micro_batch_rows, with_reference=False, shard=learner.sharded)  # fmt: skip
+    learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dapo)  # B moves off zero
+    policy, ref = learner.logprobs(batch), learner.logprobs(batch, reference=True)
+    torch.testing.assert_close(ref, base.logprobs(batch), rtol=0, atol=1e-12)
+    assert (policy - ref).abs().max() > 1e-3
+    learner.refresh_reference()
+    torch.testing.assert_close(learner.logprobs(batch, reference=True), policy, rtol=0, atol=1e-12)
+    learner.save_state(folder / "moved")
+    learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dapo)
+    torch.testing.assert_close(learner.logprobs(batch, reference=True), policy, rtol=0, atol=1e-12)
+    after = learner.logprobs(batch)
+    assert (after - policy).abs().max() > 1e-4
+    learner.load_state(folder / "moved")  # back to the refresh: adapter, moments, reference
+    torch.testing.assert_close(learner.logprobs(batch), policy, rtol=0, atol=1e-12)
+    learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dapo)
+    torch.testing.assert_close(learner.logprobs(batch), after, rtol=0, atol=1e-12)  # the same step again: AdamW restored
 
 
 def _run(world_size: int, tmp: Path, shard: bool | None = None, sync_every: bool = False, lora_rank: int = 0) -> dict:

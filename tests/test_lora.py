@@ -98,6 +98,8 @@ def test_only_the_adapter_has_gradients_and_optimizer_state():
 
 
 def test_reference_is_the_base_until_refreshed_then_a_frozen_snapshot():
+    """The reference is a snapshot of the starting adapter (B = 0: the base model, bit for bit), then of the adapter at
+    each refresh; computing it leaves the policy's adapter and its requires_grad as they were."""
     learner, base, batch = make(with_reference=True), make(None), synthetic_batch()
     perturb(learner)
     assert torch.equal(learner.logprobs(batch, reference=True), base.logprobs(batch))  # the adapter disabled
@@ -111,6 +113,7 @@ def test_reference_is_the_base_until_refreshed_then_a_frozen_snapshot():
     after = learner.logprobs(batch)
     learner.logprobs(batch, reference=True)
     assert torch.equal(learner.logprobs(batch), after)
+    assert all(p.requires_grad for _, p in lora.adapter_parameters(learner.model)) and learner.model.training
 
 
 def test_dropout_is_off_in_the_logprob_passes():
@@ -131,8 +134,10 @@ def test_target_modules_and_the_adapter_init(tmp_path):
     resumed = make(lora.LoraSpec(rank=4, alpha=8.0, dropout=0.0, target_modules=None, init=str(tmp_path / "adapter"), seed=5))
     torch.testing.assert_close(resumed.logprobs(batch), first.logprobs(batch), rtol=0, atol=1e-12)
     assert all(p.requires_grad for _, p in lora.adapter_parameters(resumed.model))
-    with pytest.raises(ConfigError, match=r"model.lora.target_modules=\['nope'\] matched no layer"):
-        make(lora.LoraSpec(rank=2, alpha=4.0, dropout=0.0, target_modules=("nope",), init=None, seed=0))
+    for foreign in ("nope", "lm_head", "embed_tokens"):  # a head or embedding adapter would be neither trained nor merged
+        with pytest.raises(ConfigError, match=rf"model.lora.target_modules: {foreign} is not a linear layer of the decoder; "
+                                              r"choose among down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"):
+            make(lora.LoraSpec(rank=2, alpha=4.0, dropout=0.0, target_modules=("q_proj", foreign), init=None, seed=0))
 
 
 def test_a_frozen_head_gets_no_weight_gradient_and_the_same_hidden_gradient():
@@ -254,8 +259,30 @@ def test_config_errors_name_the_key(tmp_path):
     (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 8}))
     with pytest.raises(ConfigError, match=r"has rank 8, but model.lora.rank=4; set model.lora.rank=8"):
         lora.check_init(cfg)
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 16}))
+    with pytest.raises(ConfigError, match=r"has alpha 16, but model.lora.alpha=32; set model.lora.alpha=16"):
+        lora.check_init(cfg)
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 32, "use_dora": True}))
+    with pytest.raises(ConfigError, match=r"uses use_dora, which rlvr does not train or merge"):
+        lora.check_init(cfg)
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 32}))
+    lora.check_init(cfg)  # a plain adapter of the config's rank and alpha
     # auto: merged into a float32 engine (CPUs resolve rollout.dtype to it), a vLLM adapter in a bf16 one (GPUs)
     assert lora.sync_mode(cfg) == "merged"
     assert lora.sync_mode(validate(compose_config("model.lora.rank=4", "rollout.dtype=bfloat16"))) == "adapter"
     assert lora.sync_mode(validate(compose_config("model.lora.rank=4", "rollout.dtype=bfloat16", "model.lora.sync=merged"))) == "merged"
     assert lora.sync_mode(validate(compose_config("rollout.dtype=bfloat16"))) is None  # rank 0: full fine-tuning
+
+
+def test_adapter_sync_run_checks_the_engine_at_evaluations(tmp_path):
+    """model.lora.sync=adapter through the CLI (DAPO: pi_old from the engine would skip the learner's pass): at every
+    evaluation step the learner's logprobs are compared with the engine's, and they agree as in full fine-tuning."""
+    from tests.test_resume import rows
+
+    out = tmp_path / "run"
+    result = _cli(out, "recipe=dapo", "model.lora.sync=adapter", "trainer.max_steps=2", "trainer.eval_every=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "as a vLLM LoRA adapter (model.lora.sync=adapter)" in result.stdout
+    steps = [r for r in rows(out) if r["step"] > 0]
+    assert len(steps) == 2 and all(r["rollout/logprob_mismatch_max"] < 1e-3 for r in steps)
+    assert (out / ".engine_adapter" / "adapter_config.json").is_file()

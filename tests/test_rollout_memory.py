@@ -13,6 +13,16 @@ class FakeLLM:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.llm_engine = self  # vLLM's LLM.llm_engine: its LoRA calls
+        self.loras: set[int] = set()
+
+    def list_loras(self) -> set[int]:
+        return set(self.loras)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        self.calls.append(("remove_lora", lora_id))
+        self.loras.discard(lora_id)
+        return True
 
     def sleep(self, level: int) -> None:
         self.calls.append(("sleep", level))
@@ -28,8 +38,10 @@ class FakeLLM:
     def reset_prefix_cache(self) -> None:
         self.calls.append(("reset_prefix_cache",))
 
-    def generate(self, requests: list, params: list, use_tqdm: bool) -> list:
-        self.calls.append(("generate",))
+    def generate(self, requests: list, params: list, use_tqdm: bool, lora_request: Any = None) -> list:
+        self.calls.append(("generate",) if lora_request is None else ("generate", lora_request.lora_name))
+        if lora_request is not None:
+            self.loras.add(lora_request.lora_int_id)  # vLLM loads an adapter when a request first needs it
         return []
 
 
@@ -39,6 +51,7 @@ def fake_engine(enabled: bool) -> tuple[Engine, FakeLLM]:
     engine.memory = Memory(engine.llm, enabled=enabled)
     engine._compiler_stance = "default"
     engine._decodes_texts = True
+    engine.adapter = None
     return engine, engine.llm  # type: ignore[return-value]
 
 
@@ -74,3 +87,18 @@ def test_disabled_the_lifecycle_calls_nothing() -> None:
     engine.sleep()
     engine.load_weights(iter([]))
     assert llm.calls == [("rpc", "reload_weights"), ("rpc", "_repack_cpu_embeddings"), ("reset_prefix_cache",)]
+
+
+def test_an_adapter_push_wakes_the_engine_and_replaces_the_adapter_under_a_new_id_and_name(tmp_path) -> None:
+    """model.lora.sync=adapter on a GPU: the push wakes the engine (its base weights come back), drops the previous
+    adapter, resets the prefix cache; the next generate carries the new adapter (a new id and a new name: vLLM caches
+    adapters by id and keys prefix-cache blocks by name and path)."""
+    engine, llm = fake_engine(enabled=True)
+    engine.load_adapter(tmp_path)
+    engine.generate([(1, 2)], n=1, max_tokens=1, temperature=1.0, top_p=1.0, seeds=None, stop=[])
+    engine.sleep()
+    engine.load_adapter(tmp_path)
+    engine.generate([(1, 2)], n=1, max_tokens=1, temperature=1.0, top_p=1.0, seeds=None, stop=[])
+    assert llm.calls == [("reset_prefix_cache",), ("generate", "policy-1"), ("sleep", 1), ("wake_up", ("weights", "kv_cache")),
+                         ("remove_lora", 1), ("reset_prefix_cache",), ("generate", "policy-2")]  # fmt: skip
+    assert engine.adapter is not None and (engine.adapter.lora_int_id, engine.adapter.lora_path) == (2, str(tmp_path))
