@@ -106,14 +106,9 @@ def wrap(model: Any, spec: LoraSpec, master_dtype: torch.dtype) -> Any:
             peft_model = PeftModel.from_pretrained(model, spec.init, is_trainable=True)
         else:
             targets = list(spec.target_modules) if spec.target_modules else "all-linear"
-            config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # (a float works) lora_dropout=spec.dropout, target_modules=targets,
-                                bias="none", task_type="CAUSAL_LM")  # fmt: skip
-            try:
-                peft_model = get_peft_model(model, config)
-            except ValueError as e:  # peft's NoMatchingPeftModuleError
-                linear = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
-                raise ConfigError(f"model.lora.target_modules={targets} matched no layer of the model ({e}); its linear "
-                                  f"layers: {', '.join(linear)}") from None  # fmt: skip
+            config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout,  # type: ignore[arg-type]
+                                target_modules=targets, bias="none", task_type="CAUSAL_LM")  # fmt: skip
+            peft_model = get_peft_model(model, config)
     for name, param in peft_model.named_parameters():
         param.requires_grad_(_is_adapter(name))
         if _is_adapter(name) and param.dtype != master_dtype:

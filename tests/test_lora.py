@@ -121,7 +121,10 @@ def test_dropout_is_off_in_the_logprob_passes():
     learner, batch = make(spec), synthetic_batch()
     perturb(learner)
     assert torch.equal(learner.logprobs(batch), learner.logprobs(batch))
-    assert learner.model.training  # training forwards keep it
+    assert learner.model.training  # training forwards keep it: two of them differ
+    with torch.no_grad():
+        first, second = (learner._response_logprobs(learner.model, batch, False)[0] for _ in range(2))
+    assert (first - second).abs().max() > 1e-3
 
 
 def test_target_modules_and_the_adapter_init(tmp_path):
