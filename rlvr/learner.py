@@ -145,7 +145,6 @@ class Learner:
         self.autocast_dtype = torch.bfloat16 if bf16 and not self.sharded else None
         compute_dtype = "bfloat16" if bf16 else dtype
         self.lora = lora_spec
-        self.with_reference = with_reference
         # LoRA (rlvr.lora): the base frozen in the compute dtype, the adapter's master weights in `dtype`
         self.model = self._build(compute_dtype if lora_spec else dtype, activation_checkpointing, lora_spec, dtype)
         self.model.train()

@@ -219,7 +219,7 @@ class Engine:
         self.adapter = LoRARequest(lora_name=f"policy-{number}", lora_int_id=number, lora_path=str(folder))
         if previous is not None and previous.lora_int_id in self.llm.llm_engine.list_loras():
             self.llm.llm_engine.remove_lora(previous.lora_int_id)
-        self.llm.reset_prefix_cache()  # (the new id keys new blocks anyway; the old ones are of no use)
+        self.llm.reset_prefix_cache()  # (the new name keys new blocks anyway; the old ones are of no use)
 
     def close(self) -> None:
         """Shut the engine down now (it also tears down vLLM's process groups: call before leaving the run's)."""

@@ -30,7 +30,7 @@ from rlvr.learner import Learner
 from rlvr.metrics import MetricsLogger
 from rlvr.models import is_builtin, resolve_model_path
 from rlvr.rewards import Rewarder
-from rlvr.rollout import Engine
+from rlvr.rollout import Engine, engine_lora_rank
 from rlvr.runs import FINAL_STEP_FILE
 from rlvr.sampling import RoundSizer, collect, mean_dicts
 
@@ -74,6 +74,10 @@ def train(cfg: Config) -> Path:
     cfg, resolved, setting_notes = settings.for_run(cfg, model_path, out if resume_from else None, device=device,
                                                     world_size=distributed.world_size(), builtin=is_builtin(cfg.model.path))  # fmt: skip
     a, t = cfg.algo, cfg.trainer
+    sync = lora.sync_mode(cfg)  # LoRA: how the engine follows the adapter (None: full weights); needs the resolved dtype
+    adapter_rank = cfg.model.lora.rank if sync == "adapter" else 0
+    if adapter_rank:
+        engine_lora_rank(adapter_rank)  # vLLM's limit on adapter ranks: a ConfigError now, before any model loads
     torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
     # the token ids the engine and learner will see
     train_set, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
@@ -109,8 +113,7 @@ def train(cfg: Config) -> Path:
         tf32=t.tf32,
         lora_spec=lora.LoraSpec.from_config(cfg),
     )
-    sync = lora.sync_mode(cfg)  # LoRA: how the engine follows the adapter (None: full weights)
-    engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=cfg.model.lora.rank if sync == "adapter" else 0)
+    engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=adapter_rank)
     push = partial(push_weights, engine, learner, sync, out)
     if cfg.model.lora.init:  # the engine starts from the base: give it the starting adapter
         push()
