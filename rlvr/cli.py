@@ -6,11 +6,16 @@ dispatches."""
 from __future__ import annotations
 
 import importlib.resources
+import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from rlvr import console
 from rlvr.config import GROUPS, ConfigError, override_key, unknown_key_message, validate
 from rlvr.eval_cli import APP_KEYS
 from rlvr.imports import heavy_imports
@@ -48,20 +53,25 @@ def check_overrides(args: list[str], app_keys: tuple[str, ...] = ()) -> str | No
 
 @hydra.main(version_base=None, config_path=RECIPES, config_name="config")
 def _hydra_train(raw: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    recipe = HydraConfig.get().runtime.choices.get("recipe")
     try:
         cfg = validate(raw)
+    except ConfigError as e:
+        _discard(Path(HydraConfig.get().runtime.output_dir))
+        console.error(f"rlvr train: config error: {e}")
+        raise SystemExit(2) from None
+    with console.capture(verbose=cfg.logger.verbose), _errors("rlvr train"):  # other libraries' output: to rlvr.log
         with heavy_imports():  # torch, vllm: only once the config is valid
             from rlvr.trainer import RunStopped, train
 
         try:
-            out = train(cfg)  # start-up checks (output folder, data, resume point, rewards) run before any model loads
+            out = train(cfg, recipe)  # start-up checks (output folder, data, resume point, rewards) run before any model loads
         except RunStopped as e:  # a signal (checkpoint written) or too many non-finite steps
-            print(f"rlvr train: {e}", file=sys.stderr)
+            console.error(f"rlvr train: {e}")
             raise SystemExit(e.exit_code) from None
-    except ConfigError as e:
-        print(f"rlvr train: config error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(f"done: outputs in {out}")
+        console.say(f"done: outputs in {out}")
 
 
 @hydra.main(version_base=None, config_path=RECIPES, config_name="eval")
@@ -70,12 +80,43 @@ def _hydra_eval(raw: DictConfig) -> None:
 
     from rlvr import eval_cli
 
-    try:
+    with console.capture(verbose=bool(raw.logger.verbose)), _errors("rlvr eval"):
         out = eval_cli.run(raw, list(HydraConfig.get().overrides.task))
+        console.say(f"done: eval.json and samples.jsonl in {out}")
+
+
+def _discard(folder: Path) -> None:
+    """Remove the run folder Hydra made for a run whose config was refused, if it holds nothing but Hydra's .hydra/:
+    nothing is written for a run that never started."""
+    if folder.is_dir() and [p.name for p in folder.iterdir()] == [".hydra"]:
+        shutil.rmtree(folder)
+
+
+@contextmanager
+def _errors(command: str) -> Iterator[None]:
+    """A config, data or model error (ConfigError) is the command's last line, with exit status 2; an unexpected
+    exception prints its traceback (on the console and in the log), with exit status 1."""
+    try:
+        yield
     except ConfigError as e:
-        print(f"rlvr eval: config error: {e}", file=sys.stderr)
+        console.error(f"{command}: config error: {e}")
         raise SystemExit(2) from None
-    print(f"done: eval.json and samples.jsonl in {out}")
+    except Exception:
+        log = console.log_path()
+        console.crash(f"{command}: unexpected error" + (f" (the libraries' output is in {log})" if log else ""))
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        console.error(f"{command}: interrupted")
+        raise SystemExit(130) from None
+
+
+def with_output_dir(args: list[str], key: str) -> list[str]:
+    """The overrides, with Hydra's run folder set to the command's output folder when the user names one: Hydra then
+    creates no folder of its own elsewhere (its .hydra/ goes into the run's folder). A sweep keeps its own folders."""
+    values = [a.split("=", 1)[1] for a in args if "=" in a and override_key(a) == key]
+    if not values or any(a in ("-m", "--multirun") for a in args) or any(override_key(a) == "hydra.run.dir" for a in args if "=" in a):
+        return args
+    return [*args, f"hydra.run.dir={values[-1]}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(f"rlvr {command}: config error: {problem}", file=sys.stderr)
             return 2
-        sys.argv = [f"rlvr {command}", *rest]  # Hydra reads sys.argv
+        output_key = "trainer.output_dir" if command == "train" else "output_dir"
+        sys.argv = [f"rlvr {command}", *with_output_dir(rest, output_key)]  # Hydra reads sys.argv
         (_hydra_train if command == "train" else _hydra_eval)()
         return 0
     if command == "report":
@@ -104,5 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def entry() -> None:
+    """The `rlvr` command (and `python -m rlvr`): main, then the process's exit, whose teardown output (nanobind's leak
+    reports for Triton's bindings, atexit handlers) goes to the last run's rlvr.log, not after rlvr's last line."""
+    try:
+        code: int | str | None = main()
+    except SystemExit as e:  # a command's exit status (Hydra's task functions exit this way)
+        code = e.code
+    console.quiet_exit()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

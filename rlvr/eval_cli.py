@@ -4,7 +4,6 @@ and where the results go (eval.json, samples.jsonl). The evaluation itself is rl
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlvr import console
 from rlvr.config import GROUPS, ConfigError, check_engines, override_key, validate
 from rlvr.imports import heavy_imports
 from rlvr.models import is_builtin
@@ -45,8 +45,7 @@ def locate(folder: Path) -> Target:
         newest_step = -1 if newest is None else int(json.loads((newest / checkpoint.MARKER).read_text())["step"])
         if newest is not None and (final is None or newest_step > final):
             if final is None:
-                print(f"rlvr eval: {folder} has not finished (no model/): evaluating its newest checkpoint, {newest}",
-                      file=sys.stderr)  # fmt: skip
+                console.warn(f"rlvr eval: {folder} has not finished (no model/): evaluating its newest checkpoint, {newest}")
             return locate(newest)
         if final is None:
             raise ConfigError(f"run={folder} has no model yet: neither model/ (written when a run finishes) nor a "
@@ -112,11 +111,13 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
     if (out / "metrics.jsonl").exists():
         raise ConfigError(f"output_dir={out} holds a training run (metrics.jsonl); write the evaluation elsewhere")
     checkpoint.ensure_writable(out)
+    console.log_to(out, distributed.rank())  # other libraries' output: into <out>/rlvr.log from here on
     model_path = resolve_model_path(cfg.model.path)
     device = distributed.broadcast_object(settings.DeviceSpec.detect(distributed.local_world_size()))
     cfg, _, notes = settings.for_run(cfg, model_path, None, device=device, world_size=distributed.world_size(), builtin=builtin)
     if distributed.is_main():
-        print(*notes, sep="\n")
+        for note in notes:
+            console.detail(note)
     torch.set_num_threads(cfg.trainer.torch_threads)
     _, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
@@ -132,7 +133,7 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
             "max_new_tokens": cfg.rollout.max_new_tokens, "metrics": metrics, **dropped,
         }  # fmt: skip
         write(out, report, rows)
-        print(summary(report))
+        console.say(summary(report))
     rewarder.close()
     engine.close()
     distributed.shutdown()

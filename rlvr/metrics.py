@@ -1,14 +1,14 @@
-"""Reduce and log per-step metrics: metrics.jsonl, a live console line, and wandb if asked; sample rollouts go to
-samples.jsonl (and a wandb table)."""
+"""Reduce and log per-step metrics: metrics.jsonl, the console's progress (rlvr.console), and wandb if asked; sample
+rollouts go to samples.jsonl (and a wandb table)."""
 
 from __future__ import annotations
 
 import json
-import math
-import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
+
+from rlvr import console
 
 
 class MetricsLogger:
@@ -25,7 +25,6 @@ class MetricsLogger:
         enabled: bool = True,
         resume_step: int | None = None,
         wandb_id: str | None = None,
-        stream: TextIO = sys.stdout,
     ) -> None:
         self.enabled = enabled  # under torchrun only rank 0 writes; the other ranks' loggers do nothing
         self.wandb_id = wandb_id
@@ -39,11 +38,7 @@ class MetricsLogger:
             elif path.exists() and path.stat().st_size:  # an earlier run here that never checkpointed: keep it
                 path.rename(output_dir / f"{path.stem}.{int(time.time())}.jsonl")
         self.file = self.path.open("a")
-        self.max_steps = max_steps
-        self.live = progress and stream.isatty()
-        self.stream = stream
-        self.start = time.monotonic()
-        self.last_accuracy: float | None = None
+        self.progress = console.Progress(max_steps, resume_step or 0, live=progress)
         self.wandb_run = None
         if wandb_project is not None:
             import wandb  # only when asked: it is slow to import
@@ -69,8 +64,7 @@ class MetricsLogger:
     def note(self, message: str) -> None:
         """A line on the console (rank 0)."""
         if self.enabled:
-            self.stream.write(message + "\n")
-            self.stream.flush()
+            console.say(message)
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Append one step's metrics (must hold 'step') and refresh the progress line."""
@@ -80,30 +74,12 @@ class MetricsLogger:
         self.file.flush()
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in metrics.items() if k != "step"}, step=metrics["step"])
-        if "eval/accuracy" in metrics:
-            self.last_accuracy = metrics["eval/accuracy"]
-        self._progress(metrics)
-
-    def _progress(self, m: dict[str, Any]) -> None:
-        step = m["step"]
-        elapsed = time.monotonic() - self.start
-        eta = elapsed / max(step, 1) * (self.max_steps - step)
-        acc = "-" if self.last_accuracy is None else f"{self.last_accuracy:.3f}"
-        line = (
-            f"step {step}/{self.max_steps} | reward {m.get('reward/mean', math.nan):.3f} | eval acc {acc} | "
-            f"{m.get('perf/tokens_per_s', 0.0):,.0f} tok/s | ETA {_clock(eta)}"
-        )
-        if self.live:
-            self.stream.write("\r" + line.ljust(100))
-        elif step % 10 == 0 or step == self.max_steps or "eval/accuracy" in m:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        self.progress.update(metrics)
 
     def close(self) -> None:
         if not self.enabled:
             return
-        if self.live:
-            self.stream.write("\n")
+        self.progress.close()
         self.file.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
@@ -127,8 +103,3 @@ def _truncate(path: Path, last_step: int) -> None:
     lines = path.read_text().splitlines(keepends=True)
     kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= last_step]
     path.write_text("".join(kept))
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s"

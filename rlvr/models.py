@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import socket
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr import console
 from rlvr.config import ConfigError
 
 ASSETS = Path(__file__).parent / "assets"
@@ -224,7 +224,7 @@ def packaged_model(name: str) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         try:
-            print(f"rlvr: converting packaged:{name} ({gguf.name}) once into {final} (~30 s)", file=sys.stderr, flush=True)
+            console.say(f"rlvr: converting packaged:{name} ({gguf.name}) once into {final} (~30 s)")
             start = time.perf_counter()
             convert_gguf(gguf, staging, spec)
             (staging / "rlvr_source.json").write_text(json.dumps(_source_info(name, spec, gguf, time.perf_counter() - start), indent=2) + "\n")

@@ -15,9 +15,9 @@ message in chat, a paragraph before the prompt in plain text).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
+from rlvr import console
 from rlvr.config import Config, ConfigError, DataConfig, LongPrompts, PromptFormat, VerifierName
 from rlvr.types import Example
 
@@ -105,8 +105,8 @@ def prepare(
     if not eval_set:
         raise ConfigError(f"no evaluation prompt fits the prompt budget ({budget} tokens, data.max_prompt_tokens)")
     if verbose and train_dropped + eval_dropped:
-        print(f"rlvr: dropped {train_dropped} training and {eval_dropped} evaluation prompts over the prompt budget "
-              f"of {budget} tokens (data.max_prompt_tokens; data.long_prompts=error rejects them instead)", file=sys.stderr)  # fmt: skip
+        console.warn(f"rlvr: dropped {train_dropped} training and {eval_dropped} evaluation prompts over the prompt budget "
+                     f"of {budget} tokens (data.max_prompt_tokens; data.long_prompts=error rejects them instead)")  # fmt: skip
     longest = max(len(e.prompt_ids) for e in train_set + eval_set)
     max_model_len = min(context, longest + max_new_tokens)
     return train_set, eval_set, max_model_len, {"data/dropped_train_prompts": train_dropped, "data/dropped_eval_prompts": eval_dropped}

@@ -10,7 +10,6 @@ import json
 import math
 import random
 import signal
-import sys
 import threading
 import time
 from functools import partial
@@ -22,8 +21,8 @@ import psutil
 import torch
 from omegaconf import OmegaConf
 
-from rlvr import algo, checkpoint, distributed, lora, prompts, samples, settings
-from rlvr.config import Advantage, Config, ConfigError, PiOld, check_world
+from rlvr import algo, checkpoint, console, distributed, lora, prompts, samples, settings
+from rlvr.config import Advantage, Config, ConfigError, PiOld, Task, check_world
 from rlvr.data import PromptStream
 from rlvr.evaluation import evaluate
 from rlvr.learner import Learner
@@ -52,8 +51,9 @@ def seed_everything(seed: int) -> None:
 _runs_started: list[float] = []  # a Hydra sweep runs its jobs one after another in one process
 
 
-def train(cfg: Config) -> Path:
-    """Run (or continue) until `cfg.trainer.max_steps` steps; return the output folder."""
+def train(cfg: Config, recipe: str | None = None) -> Path:
+    """Run (or continue) until `cfg.trainer.max_steps` steps; return the output folder. `recipe`: the recipe's name,
+    for the start-up summary."""
     # the run's clock (time/elapsed_s) starts at its launch: the process's start for the first run in a process
     # (imports included), the call for a sweep's later jobs
     launched = time.time() if _runs_started else None
@@ -66,6 +66,7 @@ def train(cfg: Config) -> Path:
     # Start-up checks, before any model loads: the output folder, the resume point, the device settings, the data and
     # its prompt budget, the reward functions (the verifier workers start here).
     checkpoint.ensure_writable(out)
+    console.log_to(out, distributed.rank())  # other libraries' output: into <out>/rlvr.log from here on
     model_path = resolve_model_path(cfg.model.path)
     lora.check_init(cfg)
     resume_from = checkpoint.resolve_resume(t.resume, out)
@@ -139,7 +140,11 @@ def train(cfg: Config) -> Path:
     run["wandb_id"] = logger.wandb_id
     clock = RunClock(launched, run["elapsed_s"], run["train_s"])
     sizer = RoundSizer.for_config(a, run["informative_frac"])
-    for note in setting_notes:
+    if distributed.is_main():
+        for line in startup_summary(cfg, recipe, model_path, learner, len(train_set), len(eval_set), device, resolved, out):
+            console.say(line)
+        console.detail(setting_notes[0])  # every resolved setting (settings.json has them too)
+    for note in setting_notes[1:]:  # a resume on another device keeps the settings the run started with
         logger.note(note)
     if sync is not None:
         trained = sum(p.numel() for p in learner.trainable)  # (a DTensor counts its whole tensor)
@@ -299,6 +304,7 @@ def train(cfg: Config) -> Path:
         stopping = distributed.any_true(stop.requested is not None)
         if not bad and (stopping or step == t.max_steps or (t.save_every and step % t.save_every == 0)):
             save_checkpoint(out, run, learner, stream, t.keep_last)
+            logger.note(f"checkpoint: {checkpoint.step_dir(out, step)}")
         if stopping:
             raise RunStopped(
                 f"stopped by {stop.requested or 'a signal on another rank'} after step {step}; newest checkpoint: "
@@ -310,6 +316,8 @@ def train(cfg: Config) -> Path:
     if distributed.is_main():  # which step these weights are from (`rlvr eval run=` compares it with the checkpoints)
         (out / "model" / FINAL_STEP_FILE).write_text(json.dumps({"step": t.max_steps}) + "\n")
     logger.close()
+    newest = checkpoint.latest(out)
+    logger.note(f"model: {out / 'model'}" + (f"; newest checkpoint: {newest}" if newest else ""))
     rewarder.close()
     stop.restore()
     engine.close()  # vLLM's shutdown tears down its process groups (and the default one): before ours
@@ -420,7 +428,7 @@ class StopSignal:
         if self.requested is not None:
             raise KeyboardInterrupt
         self.requested = signal.Signals(signum).name
-        print(f"\n{self.requested}: finishing this step, then writing a checkpoint (again to stop now)", file=sys.stderr)
+        console.warn(f"{self.requested}: finishing this step, then writing a checkpoint (again to stop now)")
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
@@ -440,4 +448,31 @@ def warn_if_unreadable(where: str, no_answer_frac: float, rows: list[dict[str, A
     """Say so (rank 0, on stderr) when almost no completion has an answer the verifier can read."""
     warning = samples.format_warning(where, no_answer_frac, rows)
     if warning is not None and distributed.is_main():
-        print(warning, file=sys.stderr, flush=True)
+        console.warn(warning)
+
+
+def startup_summary(cfg: Config, recipe: str | None, model_path: str, learner: Learner, train_size: int, eval_size: int,
+                    device: settings.DeviceSpec, resolved: settings.Settings, out: Path) -> list[str]:  # fmt: skip
+    """What the run is, in five lines: recipe, model and its size, data, device and precision, output folder."""
+    a, lora_rank = cfg.algo, cfg.model.lora.rank
+    params = sum(p.numel() for p in learner.model.parameters() if not p.requires_grad or not lora_rank)  # (a DTensor
+    # counts its whole tensor)
+    how = f"a rank-{lora_rank} LoRA adapter trained" if lora_rank else "every weight trained"
+    task = {Task.gym: f"reasoning-gym {cfg.data.name}", Task.file: cfg.data.path}.get(cfg.data.task, "built-in arithmetic")
+    world = distributed.world_size()
+    return [
+        f"rlvr train: {recipe or 'recipe'} | {a.prompts_per_step} prompts x {a.group_size} samples per step, "
+        f"{cfg.trainer.max_steps} steps",
+        f"  model   {cfg.model.path} ({_count(params)} parameters; {how})",
+        f"  data    {task}: {train_size:,} training prompts, {eval_size:,} held out",
+        f"  device  {settings.describe(device)}, {world} rank{'s' if world > 1 else ''}; learner {resolved.precision}, "
+        f"engine {resolved.engine_dtype}",
+        f"  output  {out} (other libraries' output: {console.LOG_FILE})",
+    ]
+
+
+def _count(n: int) -> str:
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}{unit}".replace(".0", "") if n < 10 * size else f"{n / size:.0f}{unit}"
+    return str(n)

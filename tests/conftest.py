@@ -50,4 +50,6 @@ def short_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("short_run") / "run"
     result = run_rlvr("train", *SHORT_RUN, f"trainer.output_dir={out}", cwd=out.parent)
     assert result.returncode == 0, result.stderr[-3000:]
+    (out.parent / "console.stdout").write_text(result.stdout)  # what the person saw (tests/test_console.py)
+    (out.parent / "console.stderr").write_text(result.stderr)
     return out

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 
 from rlvr import algo
-from rlvr.cli import main
+from rlvr.cli import entry
 
 _real = algo.group_advantages
 _calls = 0
@@ -25,4 +24,4 @@ def poisoned_group_advantages(*args, **kwargs) -> torch.Tensor:
 algo.group_advantages = poisoned_group_advantages  # the trainer calls it through the module
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    entry()
