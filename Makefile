@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo test test-slow lint bench bench-peer bench-real bench-learner bench-learner-realistic gpu-check gpu-check-cpu model clean
+.PHONY: install browser demo test test-slow lint bench bench-peer bench-real bench-learner bench-learner-realistic gpu-check gpu-check-cpu model config-reference clean
 
 install: $(VENV)/.installed
 
@@ -89,6 +89,11 @@ gpu-check-cpu: install
 # Rebuild the shipped tiny model (supervised warm start to ~50% held-out accuracy).
 model: install
 	$(PY) scripts/build_tiny_model.py
+
+# docs/config.md, the configuration reference, from rlvr/config.py's schema and the recipes' comments
+# (tests/test_config_reference.py fails while it is out of date).
+config-reference: install
+	$(PY) scripts/config_reference.py
 
 clean:
 	rm -rf $(VENV) outputs multirun wandb .pytest_cache
