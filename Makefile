@@ -31,7 +31,7 @@ browser:
 	  { $(APT) install -y -q chromium >/dev/null 2>&1 || { $(APT) update -q >/dev/null 2>&1 && $(APT) install -y -q chromium >/dev/null 2>&1; }; }; } || \
 	  echo "note: chromium is not installed (apt-get install chromium as root); the report's browser test will be skipped"
 
-# The main job: DAPO on the built-in tiny model and task (no network), ~5 minutes on 2 CPU cores.
+# The main job: DAPO on the built-in tiny model and task (no network), ~4 minutes on 2 CPU cores.
 demo: install
 	$(VENV)/bin/rlvr train recipe=dapo
 

@@ -6,6 +6,7 @@ dispatches."""
 from __future__ import annotations
 
 import importlib.resources
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -86,24 +87,32 @@ def _hydra_eval(raw: DictConfig) -> None:
 
 
 def _discard(folder: Path) -> None:
-    """Remove the run folder Hydra made for a run whose config was refused, if it holds nothing but Hydra's .hydra/:
-    nothing is written for a run that never started."""
-    if folder.is_dir() and [p.name for p in folder.iterdir()] == [".hydra"]:
-        shutil.rmtree(folder)
+    """Remove the run folder Hydra made for a command whose config was refused, if it holds nothing but Hydra's
+    .hydra/: nothing is written for a run that never started. Rank 0's job under torchrun."""
+    if os.environ.get("RANK", "0") == "0" and folder.is_dir() and [p.name for p in folder.iterdir()] == [".hydra"]:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager
 def _errors(command: str) -> Iterator[None]:
-    """A config, data or model error (ConfigError) is the command's last line, with exit status 2; an unexpected
-    exception prints its traceback (on the console and in the log), with exit status 1."""
+    """A config, data or model error (ConfigError) is the command's last line, with exit status 2 (a command that
+    stops before its folder is known leaves none behind); an unexpected exception prints its traceback (on the
+    console and in the log), with exit status 1, or, in a sweep, goes on to Hydra, which runs the other jobs."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra = HydraConfig.get()
     try:
         yield
     except ConfigError as e:
+        if console.log_path() is None:
+            _discard(Path(hydra.runtime.output_dir))
         console.error(f"{command}: config error: {e}")
         raise SystemExit(2) from None
     except Exception:
-        log = console.log_path()
-        console.crash(f"{command}: unexpected error" + (f" (the libraries' output is in {log})" if log else ""))
+        console.crash(f"{command}: unexpected error")
+        if hydra.mode == RunMode.MULTIRUN:
+            raise
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         console.error(f"{command}: interrupted")
@@ -112,11 +121,25 @@ def _errors(command: str) -> Iterator[None]:
 
 def with_output_dir(args: list[str], key: str) -> list[str]:
     """The overrides, with Hydra's run folder set to the command's output folder when the user names one: Hydra then
-    creates no folder of its own elsewhere (its .hydra/ goes into the run's folder). A sweep keeps its own folders."""
+    creates no folder of its own elsewhere (its .hydra/ goes into the run's folder, or, for a folder that exists
+    already, such as a run being resumed, nowhere: the run's own record stays). A sweep keeps its own folders; a
+    folder that cannot be written is left to the start-up check, which names it."""
     values = [a.split("=", 1)[1] for a in args if "=" in a and override_key(a) == key]
     if not values or any(a in ("-m", "--multirun") for a in args) or any(override_key(a) == "hydra.run.dir" for a in args if "=" in a):
         return args
-    return [*args, f"hydra.run.dir={values[-1]}"]
+    folder = Path(values[-1].strip("'\""))
+    if not _writable(folder):
+        return args
+    return [*args, f"hydra.run.dir={values[-1]}", *(["hydra.output_subdir=null"] if folder.exists() else [])]
+
+
+def _writable(folder: Path) -> bool:
+    """Whether `folder` is a writable folder, or could be made as one."""
+    while not folder.exists():
+        if folder.parent == folder:
+            return False
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,8 +175,10 @@ def entry() -> None:
     try:
         code: int | str | None = main()
     except SystemExit as e:  # a command's exit status (Hydra's task functions exit this way)
+        console.quiet_exit()  # before `e` goes, and with it the frames (engine, learner) its context still holds
         code = e.code
-    console.quiet_exit()
+    else:
+        console.quiet_exit()
     sys.exit(code)
 
 

@@ -257,7 +257,7 @@ class LoggerConfig:
     wandb: bool = MISSING
     project: str = MISSING
     progress: bool = MISSING  # a live progress bar on a terminal (without one: a plain line every 10 steps)
-    verbose: bool = MISSING  # other libraries' log lines and warnings on the console too (always in the run's rlvr.log)
+    verbose: bool = MISSING  # other libraries' log lines and warnings on the console (else in the run's rlvr.log)
     samples_every: int = MISSING  # write sample rollouts to samples.jsonl every N steps (and at every evaluation); 0 = at evaluations only
     num_samples: int = MISSING  # rollouts written each time
 

@@ -1,14 +1,17 @@
 """What a person sees: rlvr's own lines on the console, everything other libraries print in the run's log file.
 
-`capture` points the process's standard output and error (file descriptors 1 and 2, so that C++ warnings, vLLM's and
-transformers' loggers, Python warnings, progress bars and the verifier workers' output all follow) at a log file, and
-keeps copies of the terminal for rlvr's own lines: `say` (notes), `warn`, `error` and the live progress bar. Until the
-run's folder is settled (`log_to`, once the start-up checks know it) the log is an anonymous temporary file, copied
-into `<output folder>/rlvr.log` then. With `logger.verbose=true` nothing is redirected: other libraries print to the
-console as they would without rlvr, and rlvr.log holds rlvr's own lines.
+`capture` points the process's standard output and error (file descriptors 1 and 2, so that C++ warnings, Python
+loggers and warnings, progress bars and the verifier workers' output all follow) at a log file, and keeps copies of
+the terminal for rlvr's own lines: `say` (notes), `warn`, `error` and the live progress bar. Until the run's folder is
+settled (`log_to`, once the start-up checks know it) the log is an anonymous temporary file, copied into
+`<output folder>/rlvr.log` then; a command that ends before that keeps it as rlvr-<time>-<pid>.log in the temporary
+folder. vLLM is asked not to configure its own logging (VLLM_CONFIGURE_LOGGING=0): its records reach the root
+logger like every library's, in one format.
 
-The few library messages a user must act on (RELAYED) reach the console as well as the log. Outside `capture` (tests
-calling library code, `rlvr plan`) every function here writes to sys.stdout / sys.stderr.
+With `logger.verbose=true` nothing is redirected: other libraries print to the console as they would without rlvr,
+and the log holds rlvr's own lines. The few library messages a user must act on (RELAYED) reach the console as well
+as the log. Outside `capture` (tests calling library code, `rlvr plan`) every function here writes to sys.stdout /
+sys.stderr.
 """
 
 from __future__ import annotations
@@ -29,17 +32,16 @@ from typing import Any, TextIO
 
 LOG_FILE = "rlvr.log"
 
-# Library messages shown on the console too, each for what it says (the rest, e.g. vLLM's advice on LD_PRELOAD or
-# its notes on chunked prefill, describe the library's own choices: nothing a user of rlvr can or should act on).
+# Library messages shown on the console too, each for what it says. The rest (vLLM's advice on LD_PRELOAD, its
+# notes on chunked prefill and on its own seed, Triton's missing CPU backend, torch's deprecations) describe the
+# libraries' own choices: nothing a user of rlvr can or should act on.
 RELAYED: tuple[tuple[re.Pattern[str], str], ...] = (
     # transformers' load report: weights the checkpoint lacks start random (a wrong model class, a broken folder)
     (re.compile(r"LOAD REPORT(?s:.*)MISSING|newly initialized|not initialized from the model checkpoint"), "missing weights"),
     # a model whose code lives in its repository: it does not load (or loads wrongly) without trust_remote_code
     (re.compile(r"trust_remote_code"), "remote code"),
-    # a tokenizer told that the text is longer than the model's context: generation past it is garbage
+    # a tokenizer told that a text is longer than the model's context: what the model sees past it is garbage
     (re.compile(r"Token indices sequence length is longer than the specified maximum"), "prompt too long"),
-    # vLLM ran out of KV cache and recomputes sequences: rollouts get much slower (raise the KV cache)
-    (re.compile(r"[Pp]reempt"), "KV cache too small"),
 )
 
 _LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job-log format
@@ -51,54 +53,52 @@ def relayed(message: str) -> bool:
 
 
 class Console:
-    """rlvr's own lines: to the terminal (`out`, `err`) and to the log; the progress bar, when one is open, is kept
-    below them."""
+    """rlvr's own lines: to the terminal (`out`, `err`) and to the log (`log_fd`); the progress bar, when one is open,
+    is kept below them. A quiet console (ranks other than 0 under torchrun) writes only errors to the terminal."""
 
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, log: TextIO | None = None) -> None:
-        self._out, self._err, self.log = out, err, log  # None: sys.stdout / sys.stderr at the time of writing
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self._out, self._err = out, err  # None: sys.stdout / sys.stderr at the time of writing
+        self.log_fd: int | None = None
+        self.quiet = False
         self.bar: Any = None  # a tqdm bar on `out` while a run's progress is live
 
     @property
     def out(self) -> TextIO:
         return self._out or sys.stdout
 
-    @out.setter
-    def out(self, stream: TextIO) -> None:
-        self._out = stream
-
     @property
     def err(self) -> TextIO:
         return self._err or sys.stderr
 
-    def write(self, text: str, *, error: bool = False) -> None:
-        stream = self.err if error else self.out
-        if self.bar is not None and stream.isatty():
-            from tqdm import tqdm
+    def write(self, text: str, *, error: bool = False, always: bool = False) -> None:
+        if not self.quiet or always:
+            stream = self.err if error else self.out
+            if self.bar is not None and stream.isatty():
+                from tqdm import tqdm
 
-            tqdm.write(text, file=self.out)  # clears the bar, writes the line, redraws the bar
-        else:
-            stream.write(text + "\n")
-            stream.flush()
+                tqdm.write(text, file=self.out)  # clears the bar, writes the line, redraws the bar
+            else:
+                stream.write(text + "\n")
+                stream.flush()
         self.to_log(text)
 
     def to_log(self, text: str) -> None:
-        if self.log is not None:
+        if self.log_fd is not None:
             for stream in (sys.stdout, sys.stderr):  # what libraries wrote before this line stays before it
                 stream.flush()
-            self.log.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}][rlvr] {text}\n")
-            self.log.flush()
+            os.write(self.log_fd, f"[{time.strftime('%Y-%m-%d %H:%M:%S')}][rlvr] {text}\n".encode(errors="replace"))
 
 
 _console = Console()  # outside `capture`
 
 
 def say(text: str) -> None:
-    """One of rlvr's notes (settings, checkpoints, resume, the final folder)."""
+    """One of rlvr's notes (the start-up summary, checkpoints, resume, the final folder)."""
     _console.write(text)
 
 
 def detail(text: str) -> None:
-    """A line for the log only (every resolved setting, each checkpoint written)."""
+    """A line for the log only (every resolved setting); on the console outside `capture`."""
     if _capture is None:
         _console.write(text)
     else:
@@ -111,19 +111,21 @@ def warn(text: str) -> None:
 
 
 def error(text: str) -> None:
-    """The error that ends the command: the last line it prints."""
+    """The error that ends the command: the last line it prints (on every rank)."""
     close_bar()
-    _console.write(text, error=True)
+    _console.write(text, error=True, always=True)
 
 
 def crash(prefix: str) -> None:
-    """An unexpected exception (a bug, or a library's failure): its traceback on the console and in the log."""
+    """An unexpected exception (a bug, or a library's failure): its traceback on the console and in the log, which
+    the first line names (kept in the temporary folder if the run's folder was not known yet)."""
     close_bar()
-    _console.write(f"{prefix}\n{traceback.format_exc().rstrip()}", error=True)
-
-
-def stream() -> Console:
-    return _console
+    if _capture is not None:
+        _capture.keep()
+        _console.log_fd = _capture.fd
+    where = log_path()
+    note = f" (other libraries' output: {where})" if where else ""
+    _console.write(f"{prefix}{note}\n{traceback.format_exc().rstrip()}", error=True, always=True)
 
 
 class Progress:
@@ -134,7 +136,7 @@ class Progress:
         self.total, self.every = total, every
         self.start, self.first = time.monotonic(), initial
         self.accuracy: float | None = None
-        self.live = live and _console.out.isatty()
+        self.live = live and not _console.quiet and _console.out.isatty()
         if self.live:
             from tqdm import tqdm
 
@@ -179,56 +181,71 @@ class _Capture:
 
     def __init__(self, verbose: bool) -> None:
         self.verbose = verbose
-        for s in (sys.stdout, sys.stderr):
-            s.flush()
+        _flush()
         self.saved = (os.dup(1), os.dup(2))  # the terminal (or whatever the command's output was)
-        self.log: TextIO = tempfile.TemporaryFile("w+", encoding="utf-8")  # until log_to names the run's file
+        with tempfile.TemporaryFile() as anonymous:  # until log_to names the run's file
+            self.fd = os.dup(anonymous.fileno())  # (the file lives on in the copy)
         self.path: Path | None = None
         if not verbose:
-            self._point_at(self.log)
+            self._point_at(self.fd)
 
-    def _point_at(self, log: TextIO) -> None:
-        for s in (sys.stdout, sys.stderr):
-            s.flush()
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    @staticmethod
+    def _point_at(fd: int) -> None:
+        _flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
 
     def log_to(self, path: Path) -> None:
-        """Move the log into `path` (appended to: a resumed run's log continues), what was written so far included."""
-        if self.path is not None and self.path == path:
+        """Move the log into `path` (appended to: a resumed run's log continues), what was written so far included,
+        byte for byte."""
+        if self.path == path:
             return
-        for s in (sys.stdout, sys.stderr):
-            s.flush()
-        self.log.flush()
-        self.log.seek(0)
-        earlier = self.log.read()
-        log = path.open("a", encoding="utf-8")
-        log.write(earlier)
-        log.flush()
+        _flush()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        offset = 0
+        while chunk := os.pread(self.fd, 1 << 20, offset):  # pread: the offset fds 1 and 2 share does not move
+            os.write(fd, chunk)
+            offset += len(chunk)
         if not self.verbose:
-            self._point_at(log)
-        self.log.close()
-        self.log, self.path = log, path
+            self._point_at(fd)
+        os.close(self.fd)
+        self.fd, self.path = fd, path
 
-    def restore(self) -> None:
-        for s in (sys.stdout, sys.stderr):
-            s.flush()
+    def keep(self) -> None:
+        """A log not yet in a run's folder goes to the temporary folder (a command that ended before it was known)."""
+        if self.path is None:
+            self.log_to(Path(tempfile.gettempdir()) / f"rlvr-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+
+    def close(self) -> None:
+        _flush()
         os.dup2(self.saved[0], 1)
         os.dup2(self.saved[1], 2)
+        for fd in self.saved:
+            os.close(fd)
+        if self.path is None and os.fstat(self.fd).st_size:
+            self.keep()  # nothing a library printed is lost
+        os.close(self.fd)
+
+
+def _flush() -> None:
+    for s in (sys.stdout, sys.stderr):
+        s.flush()
 
 
 _capture: _Capture | None = None
-_last_log: Path | None = None
+_last_log: Path | None = None  # the last command's log (quiet_exit); os.devnull if it had nothing to keep
 
 
 @contextmanager
 def capture(*, verbose: bool) -> Iterator[None]:
     """Other libraries' output to the log, rlvr's to the console, for the block (a command)."""
     global _console, _capture, _last_log
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # (read when vLLM first configures its loggers)
     previous, outer = _console, _capture
     cap = _Capture(verbose)
     out, err = (open(fd, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False) for fd in cap.saved)
-    _console, _capture = Console(out, err, cap.log), cap
+    _console, _capture = Console(out, err), cap
+    _console.log_fd = cap.fd
     root = logging.getLogger()  # the library loggers that propagate, in one format (Hydra's job logging is off)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(_LOG_FORMAT))
@@ -248,28 +265,23 @@ def capture(*, verbose: bool) -> Iterator[None]:
         root.handlers = handlers
         root.setLevel(level)
         warnings.showwarning = show_warning
-        cap.restore()
-        _last_log = cap.path
-        if cap.path is None:
-            cap.log.close()  # never named: the command ended before its folder was known
+        cap.close()
+        _last_log = cap.path or Path(os.devnull)
         _console, _capture = previous, outer
         for s in (out, err):
             s.close()
-        for fd in cap.saved:
-            os.close(fd)
 
 
 def log_to(folder: Path, rank: int = 0) -> None:
     """The run's folder is known (and writable): the log becomes `<folder>/rlvr.log` (`rlvr.rank<N>.log` on other
-    ranks under torchrun)."""
+    ranks under torchrun, whose console then shows only errors)."""
     if _capture is None:
         return
     _capture.log_to(folder / (LOG_FILE if rank == 0 else f"rlvr.rank{rank}.log"))
-    _console.log = _capture.log
+    _console.log_fd = _capture.fd
+    _console.quiet = rank != 0
     if not _capture.verbose:
-        _attach_relay()  # vLLM's logging config, applied at its import, replaced the handlers of its logger
-    if rank != 0:  # one voice on the console: rank 0's (errors still reach it from every rank)
-        _console.out = _console.log
+        _attach_relay()  # loggers configured since the capture began (transformers' on first use)
 
 
 def log_path() -> Path | None:
@@ -279,14 +291,15 @@ def log_path() -> Path | None:
 
 def quiet_exit() -> None:
     """At the process's end, after the command: point fds 1 and 2 at the last command's log, so the interpreter's
-    teardown (nanobind's leak reports for Triton's bindings, atexit handlers) does not print after rlvr's last line."""
+    teardown (nanobind's leak reports for Triton's bindings, atexit handlers, destructors) does not print after
+    rlvr's last line. Nothing to do if no command captured anything (`rlvr plan`, `rlvr report`, a config error)."""
     if _last_log is None:
         return
-    for s in (sys.stdout, sys.stderr):
-        s.flush()
-    log = _last_log.open("a", encoding="utf-8")
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
+    _flush()
+    fd = os.open(_last_log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 class _Relay(logging.Handler):
@@ -305,7 +318,7 @@ class _Relay(logging.Handler):
 
 
 _RELAY = _Relay()
-# the root logger, and the libraries' loggers that do not propagate to it (vLLM's and transformers' own handlers)
+# the root logger, and the libraries' loggers that do not propagate to it (transformers' has its own handler)
 _RELAY_LOGGERS = ("", "vllm", "transformers", "torch", "peft")
 
 

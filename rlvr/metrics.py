@@ -46,6 +46,8 @@ class MetricsLogger:
             # a resumed run continues the same wandb run (its id is in the checkpoint)
             self.wandb_run = wandb.init(project=wandb_project, dir=str(output_dir), config=config, id=wandb_id, resume="allow")
             self.wandb_id = self.wandb_run.id
+            if self.wandb_run.url:  # (None offline)
+                console.say(f"wandb: {self.wandb_run.url}")
 
     def samples(self, rows: list[dict[str, Any]]) -> None:
         """Append sample rollouts (rlvr.samples.records) to samples.jsonl, and to wandb as a table."""

@@ -148,7 +148,7 @@ code{background:#eee;padding:1px 4px;border-radius:3px}
 table{border-collapse:collapse;background:#fff;font-size:13px}
 th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f0f0f0}
-.group{white-space:nowrap}
+.group{display:inline-block;max-width:32em;overflow-wrap:anywhere}  /* a long label (a run's overrides) wraps */
 .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px}
 .note{color:#555;font-size:13px}
 .failed{color:#b00020}

@@ -91,6 +91,9 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
     if distributed.is_main():  # the config as this run uses it (settings resolved), and the device they were resolved for
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         settings.record(out, device, resolved)
+        for line in startup_summary(cfg, recipe, model_path, len(train_set), len(eval_set), device, resolved, out):
+            console.say(line)  # before the models load (minutes, for a big one)
+        console.detail(setting_notes[0])  # every resolved setting (settings.json has them too)
 
     # Model, engine. The engine re-seeds the global RNGs when it starts, so seed after it (a resume restores them).
     stream = PromptStream(train_set, t.seed, cfg.data.skip_solved)
@@ -140,10 +143,6 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
     run["wandb_id"] = logger.wandb_id
     clock = RunClock(launched, run["elapsed_s"], run["train_s"])
     sizer = RoundSizer.for_config(a, run["informative_frac"])
-    if distributed.is_main():
-        for line in startup_summary(cfg, recipe, model_path, learner, len(train_set), len(eval_set), device, resolved, out):
-            console.say(line)
-        console.detail(setting_notes[0])  # every resolved setting (settings.json has them too)
     for note in setting_notes[1:]:  # a resume on another device keeps the settings the run started with
         logger.note(note)
     if sync is not None:
@@ -451,13 +450,14 @@ def warn_if_unreadable(where: str, no_answer_frac: float, rows: list[dict[str, A
         console.warn(warning)
 
 
-def startup_summary(cfg: Config, recipe: str | None, model_path: str, learner: Learner, train_size: int, eval_size: int,
+def startup_summary(cfg: Config, recipe: str | None, model_path: str, train_size: int, eval_size: int,
                     device: settings.DeviceSpec, resolved: settings.Settings, out: Path) -> list[str]:  # fmt: skip
-    """What the run is, in five lines: recipe, model and its size, data, device and precision, output folder."""
+    """What the run is, in five lines: recipe, model and its size (from its config.json), data, device and
+    precision, output folder."""
     a, lora_rank = cfg.algo, cfg.model.lora.rank
-    params = sum(p.numel() for p in learner.model.parameters() if not p.requires_grad or not lora_rank)  # (a DTensor
-    # counts its whole tensor)
+    params = settings.model_shape(model_path).num_params
     how = f"a rank-{lora_rank} LoRA adapter trained" if lora_rank else "every weight trained"
+    log = "" if cfg.logger.verbose else f" (other libraries' output: {console.LOG_FILE})"
     task = {Task.gym: f"reasoning-gym {cfg.data.name}", Task.file: cfg.data.path}.get(cfg.data.task, "built-in arithmetic")
     world = distributed.world_size()
     return [
@@ -467,7 +467,7 @@ def startup_summary(cfg: Config, recipe: str | None, model_path: str, learner: L
         f"  data    {task}: {train_size:,} training prompts, {eval_size:,} held out",
         f"  device  {settings.describe(device)}, {world} rank{'s' if world > 1 else ''}; learner {resolved.precision}, "
         f"engine {resolved.engine_dtype}",
-        f"  output  {out} (other libraries' output: {console.LOG_FILE})",
+        f"  output  {out}{log}",
     ]
 
 

@@ -58,7 +58,10 @@ def test_bad_input_stops_start_up_before_any_model_loads(case, rlvr_cli, tmp_pat
     assert result.returncode == 2, result.stderr[-3000:]
     for text in expected:
         assert text in result.stderr, (text, result.stderr[-2000:])
-    assert "Loading" not in result.stderr  # neither the learner's model nor the engine was started
+    assert result.stdout == "" and result.stderr.startswith("rlvr train: config error: ")  # the error alone
+    if case != "unwritable_output":  # the run's log: neither the learner's model nor the engine was started
+        log = (out / "rlvr.log").read_text()
+        assert "[rlvr] rlvr train: config error: " in log and "Loading" not in log
 
 
 def test_dataset_file_run_drops_long_prompts_with_a_count(rlvr_cli, tmp_path):
@@ -72,7 +75,9 @@ def test_dataset_file_run_drops_long_prompts_with_a_count(rlvr_cli, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "dropped 2 training and 0 evaluation prompts over the prompt budget of 12 tokens" in result.stderr
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[0]["data/dropped_train_prompts"] == 2 and metrics[1]["reward/mean"] >= 0.0
+    assert metrics[0]["data/dropped_train_prompts"] == 2 and metrics[0]["data/dropped_eval_prompts"] == 0
+    # the run trained on what was left: 60 rows, the last 16 held out, 2 dropped
+    assert checkpoint.load_state(checkpoint.latest(out) / "trainer_state.pt")["train_examples"] == 60 - 16 - 2
 
 
 def test_non_finite_steps_are_skipped_then_stop_the_run_keeping_the_good_checkpoint(tmp_path):
