@@ -7,6 +7,7 @@ SmolLM2 chat template itself is checked end to end against the engine in test_re
 from __future__ import annotations
 
 import pytest
+from tokenizers.processors import TemplateProcessing
 from transformers import AutoTokenizer
 
 from rlvr.config import AnswerExtract, ConfigError, DataConfig, LongPrompts, PromptFormat, Task
@@ -20,11 +21,21 @@ CHATML = (
 )
 
 
-def tokenizer(chat: bool):
+def tokenizer(chat: bool, bos: bool = False):
+    """The built-in character-level tokenizer; `bos`: one that adds a <s> token, as Llama's and Qwen's do (the
+    built-in one adds none, so a prompt that lost its special tokens would look right)."""
     tok = AutoTokenizer.from_pretrained(resolve_model_path("builtin:tiny-arith"))
     if chat:
         tok.chat_template = CHATML
+    if bos:
+        tok.add_special_tokens({"bos_token": "<s>"})
+        tok._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
     return tok
+
+
+def chars(tok, text: str) -> list[int]:
+    """The ids of a text, character by character (the built-in vocabulary): expected ids not made by the call under test."""
+    return tok.convert_tokens_to_ids(list(text))
 
 
 def data_cfg(**kw) -> DataConfig:
@@ -43,9 +54,9 @@ def decode(tok, ids) -> str:
 
 
 def test_plain_is_the_text_with_the_tokenizers_special_tokens():
-    tok = tokenizer(chat=False)
+    tok = tokenizer(chat=False, bos=True)
     out = render(EXAMPLES, tok, data_cfg())  # auto, and the tokenizer has no chat template: plain
-    assert [list(e.prompt_ids) for e in out] == tok(["12+34=", "1+1"], add_special_tokens=True)["input_ids"]
+    assert [list(e.prompt_ids) for e in out] == [[tok.bos_token_id, *chars(tok, "12+34=")], [tok.bos_token_id, *chars(tok, "1+1")]]
     assert out[0].prompt == "12+34=" and out[0].answer == "46"  # nothing else changes
 
 
@@ -56,12 +67,11 @@ def test_plain_template_and_system_prompt():
 
 
 def test_chat_applies_the_template_with_the_generation_prompt():
-    tok = tokenizer(chat=True)
+    tok = tokenizer(chat=True, bos=True)
     out = render(EXAMPLES[:1], tok, data_cfg(system_prompt="Be brief.", prompt_template="{prompt} Answer:"))
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "12+34= Answer:"}]
-    expected = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
-    assert list(out[0].prompt_ids) == list(expected)
-    assert decode(tok, out[0].prompt_ids).endswith("<|im_start|>assistant\n")
+    # the template's text, tokenized as it stands: its own markers, no <s> added on top (a template states its own)
+    text = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n12+34= Answer:<|im_end|>\n<|im_start|>assistant\n"
+    assert list(out[0].prompt_ids) == chars(tok, text)
 
 
 def test_auto_is_chat_when_the_tokenizer_has_a_template():

@@ -1,5 +1,6 @@
-"""rlvr report on run folders the tests write: grouping and legend labels, bands, failed and unfinished runs, a
-self-contained page, the PNGs, escaping of model text, and the command's errors."""
+"""rlvr report on run folders the tests write: grouping and legend labels, bands, what the figures draw (per group a
+line at the mean over seeds and a band from min to max), failed and unfinished runs, a self-contained page, the PNGs,
+escaping of model text, and the command's errors."""
 
 from __future__ import annotations
 
@@ -166,6 +167,106 @@ def test_seeds_group_into_mean_and_min_max_band(tmp_path):
     assert b.mean.tolist() == [0.5, 0.5] and b.lo.tolist() == [0.25, 0.0] and b.hi.tolist() == [0.75, 1.0]
     clock = runs.band(groups[0], "reward/mean", clock=True)  # step 3: seed 2 has no clock -> only step 1
     assert clock.x.tolist() == [12.0] and clock.mean.tolist() == [0.5]
+
+
+def seed_rows(base: float, seed: int, skip_eval_at: int | None = None) -> list[dict]:
+    """Steps 0-6: accuracy at every step (but `skip_eval_at`), reward from step 1. Per step, the seeds' values all
+    differ (offsets (7 seed + 3 step) mod 5) and do not move together, so mean, min and max are three curves."""
+    rows = []
+    for step in range(7):
+        value = base + 0.05 * ((7 * seed + 3 * step) % 5)
+        row: dict = {"step": step, "time/elapsed_s": 10.0 + 5.0 * step}
+        if step != skip_eval_at:
+            row["eval/accuracy"] = value
+        if step:
+            row["reward/mean"] = value + 0.01 * step
+        rows.append(row)
+    return rows
+
+
+def expected_band(per_seed: list[list[dict]], key: str) -> tuple[list[float], np.ndarray, np.ndarray, np.ndarray]:
+    """Worked out here from the rows, not by rlvr.runs: the steps every seed logged `key` at, mean, min, max."""
+    steps = sorted(set.intersection(*({r["step"] for r in rows if key in r} for rows in per_seed)))
+    v = np.array([[next(r[key] for r in rows if r["step"] == s) for s in steps] for rows in per_seed])
+    return [float(s) for s in steps], v.sum(0) / len(per_seed), v.min(0), v.max(0)
+
+
+@pytest.fixture(scope="module")
+def drawn_figures(tmp_path_factory):
+    """A report over two groups (3 seeds, 2 seeds): the matplotlib figures it draws, by name, and each group's rows
+    (in the report's group order)."""
+    root = tmp_path_factory.mktemp("drawn") / "sweep"
+    per_group = [[seed_rows(0.1, s, skip_eval_at=3 if s == 2 else None) for s in range(3)],
+                 [seed_rows(0.5, s) for s in range(2)]]
+    for g, (clip, group_rows) in enumerate(zip((0.2, 0.28), per_group)):
+        for seed, rows in enumerate(group_rows):
+            make_run(root / f"{g}-{seed}", seed=seed, config={"algo.clip_high": clip}, rows=rows, max_steps=6)
+    drawn: dict = {}
+    save = plots._save
+
+    def keep(fig, name, plots_dir):
+        drawn[name] = fig
+        return save(fig, name, plots_dir)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "_save", keep)
+        assert report.main([str(root), "--out", str(root.parent / "out")]) == 0
+    return drawn, per_group
+
+
+def curves_of(fig) -> tuple[dict, dict]:
+    """The figure's one axes: its lines and its bands (fill_between), each by colour (hex)."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_hex
+
+    (ax,) = fig.axes
+    lines: dict = {}
+    for line in ax.get_lines():
+        lines.setdefault(to_hex(line.get_color()), []).append(line)
+    bands: dict = {}
+    for c in ax.collections:
+        if isinstance(c, PolyCollection):
+            bands.setdefault(to_hex(c.get_facecolor()[0][:3]), []).append(c)
+    return lines, bands
+
+
+def assert_band_spans(collection, x: list[float], lo: np.ndarray, hi: np.ndarray) -> None:
+    """The band's outline covers exactly x, from lo to hi at each x."""
+    points = np.concatenate([p.vertices for p in collection.get_paths()])
+    assert sorted(set(points[:, 0].tolist())) == x
+    for xi, low, high in zip(x, lo, hi):
+        ys = points[points[:, 0] == xi, 1]
+        assert (ys.min(), ys.max()) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12)), xi
+
+
+def test_every_group_is_drawn_as_its_own_line_and_band(drawn_figures):
+    drawn, per_group = drawn_figures
+    colors = list(plots.COLORS[: len(per_group)])
+    assert {"accuracy", "accuracy_wallclock", "reward"} <= set(drawn)
+    for name, fig in drawn.items():
+        lines, bands = curves_of(fig)
+        # one line (mean) and one band (min-max) per group, in the group's colour
+        assert sorted(lines) == sorted(colors) and all(len(v) == 1 for v in lines.values()), (name, lines)
+        assert sorted(bands) == sorted(colors) and all(len(v) == 1 for v in bands.values()), (name, bands)
+
+
+def test_the_line_is_the_mean_over_seeds_and_the_band_min_to_max(drawn_figures):
+    drawn, per_group = drawn_figures
+    for color, group_rows in zip(plots.COLORS, per_group):
+        # evaluations: drawn as logged (step 3: a seed of the first group has no accuracy, so no point there)
+        x, mean, lo, hi = expected_band(group_rows, "eval/accuracy")
+        assert np.all(lo < mean) and np.all(mean < hi)  # the seeds differ: the three are told apart
+        lines, bands = curves_of(drawn["accuracy"])
+        (line,), (fill,) = lines[color], bands[color]
+        assert line.get_xdata().tolist() == x and line.get_ydata() == pytest.approx(mean, abs=1e-12), color
+        assert_band_spans(fill, x, lo, hi)
+        # training curves: the same, smoothed
+        x, mean, lo, hi = expected_band(group_rows, "reward/mean")
+        lines, bands = curves_of(drawn["reward"])
+        (line,), (fill,) = lines[color], bands[color]
+        smoothed = [runs.smooth(y, plots.SMOOTH_STEPS) for y in (mean, lo, hi)]
+        assert line.get_xdata().tolist() == x and line.get_ydata() == pytest.approx(smoothed[0], abs=1e-12), color
+        assert_band_spans(fill, x, smoothed[1], smoothed[2])
 
 
 def test_smoothing_is_a_trailing_moving_average():

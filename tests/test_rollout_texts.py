@@ -43,8 +43,13 @@ def test_texts_decoded_after_generation_are_vllms(tmp_path):
     tokenizer = engine.tokenizer
     ids = [tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in ["a b", "ab 12", "b", "é €"]]
     kwargs = dict(n=16, max_tokens=6, temperature=1.0, top_p=1.0, seeds=[1, 2, 3, 4])
+    decoded: list[int] = []  # a spy on the engine's own decode: the fast path must be the one that ran
+    decode = engine._decode
+    engine._decode = lambda prompt_ids, c: decoded.append(1) or decode(prompt_ids, c)  # type: ignore[method-assign]
     ours = [c for g in engine.generate(ids, stop=[], **kwargs) for c in g]
+    assert len(decoded) == len(ours) == 4 * 16  # every text decoded after generation (vLLM's detokenizer was off)
     vllms = [c for g in engine.generate(ids, stop=["never seen"], **kwargs) for c in g]
+    assert len(decoded) == 4 * 16  # with a stop string, vLLM's detokenizer made the texts
     assert [c.token_ids for c in ours] == [c.token_ids for c in vllms]
     assert [c.engine_logprobs for c in ours] == [c.engine_logprobs for c in vllms]
     assert [c.text for c in ours] == [c.text for c in vllms]

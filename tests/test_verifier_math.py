@@ -196,7 +196,7 @@ def test_hostile_outputs_return_through_the_pool() -> None:
         results, stats = pool.score([(text, "3") for text in HOSTILE] + [(f"{B}{{3}}", "3")])
         elapsed = time.monotonic() - start
     assert len(results) == len(HOSTILE) + 1
-    assert all(r in (Outcome.NO_ANSWER, Outcome.INCORRECT, Outcome.CORRECT) for r in results)
+    assert results == [verify(text, "3") for text in HOSTILE] + [Outcome.CORRECT]  # what the function says, in order
     assert results[-1] is Outcome.CORRECT
     assert results[1] is Outcome.CORRECT  # the answer at the end of a 100k-character output
     assert results[0] is Outcome.NO_ANSWER and results[-3] is Outcome.NO_ANSWER
@@ -373,6 +373,18 @@ def test_adversarial_answers_return_within_a_second_from_a_thread(monkeypatch: p
     # sympy still works after being interrupted
     assert verify(f"{B}{{x^2+2x+1}}", "(x+1)^2") is Outcome.CORRECT
     assert verify(f"{B}{{2^{{10}}}}", "1024") is Outcome.CORRECT
+
+
+def test_the_deadline_fires_and_its_verdict_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A true equivalence that needs sympy, with the deadline already passed: the tracer stops it and the pair
+    counts as not equivalent; that verdict is not cached, so with time it is equivalent again. (A tracer that never
+    raises, or a cached _OutOfTime verdict, fails here; "returns within 1 s" alone would pass a fast sympy.)"""
+    pair = (f"{B}{{(x+2)^2}}", "x^2+4x+4")
+    math_verifier._warm_up()  # sympy's lazy imports happen outside the deadline: they are not what it stops
+    monkeypatch.setattr(math_verifier, "DEADLINE_S", -1.0)
+    assert verify(*pair) is Outcome.INCORRECT
+    monkeypatch.setattr(math_verifier, "DEADLINE_S", 60.0)
+    assert verify(*pair) is Outcome.CORRECT
 
 
 def test_guards_keep_ordinary_math() -> None:
