@@ -196,3 +196,24 @@ def test_collect_counts_all_correct_groups_for_skip_solved():
     stream.skip_solved = 1
     run_collect(stream, engine, make_cfg(dynamic=False))
     assert stream.solved_streak == {0: 1}  # only the group whose every sample was correct
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_adaptive_rounds_draw_whole_shares_per_engine(monkeypatch, index):
+    """Two engines (torchrun, one per rank): an adaptive round of 5 prompts becomes 6, and each engine samples its own
+    3, contiguous: rank 0 prompts 0-2, rank 1 prompts 3-5. A stand-in for the all-gather returns this rank's share
+    twice (the other rank's would come from its own engine); the test is about the split, not the contents."""
+    from rlvr import sampling
+
+    monkeypatch.setattr(sampling.distributed, "engine_index", lambda tp: (index, 2))
+    monkeypatch.setattr(sampling.distributed, "all_gather_objects", lambda obj: [obj, obj])
+    stream, engine = stream_of([MIXED] * 12)
+    drawn: list[list[int]] = []
+    generate = engine.generate
+    engine.generate = lambda prompts, **kw: drawn.append([p[0] for p in prompts]) or generate(prompts, **kw)
+    cfg = make_cfg(dynamic=True, round_size="adaptive")
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=None)
+    sizer = RoundSizer(adaptive=True, informative_frac=0.9)
+    assert sizer.prompts(B, B, 3 * B) == 5  # what one engine alone would draw
+    collect(engine, stream, rewarder, cfg, step=1, sizer=sizer)
+    assert drawn[0] == [3 * index, 3 * index + 1, 3 * index + 2]

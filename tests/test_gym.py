@@ -131,6 +131,21 @@ def test_answers_that_would_run_code_never_reach_the_scorer(tmp_path) -> None:
         assert is_safe(fine), fine
 
 
+def test_answers_over_the_length_limit_never_reach_the_scorer() -> None:
+    """An answer longer than MAX_ANSWER_CHARS scores 0 even where the dataset's own scorer would give it full marks
+    (chain_sum reads the gold number with 10,000 leading zeros as the gold number): the limit, not the scorer, decided."""
+    from rlvr.verifiers import gym as gym_verifier
+
+    (example,), _ = gym.examples("chain_sum", size=1, eval_size=1, seed=0, options={})
+    name, options, entry = decode(example.answer)
+    gold = _gold(example)
+    sign, digits = ("-", gold[1:]) if gold.startswith("-") else ("", gold)
+    padded = sign + "0" * gym_verifier.MAX_ANSWER_CHARS + digits
+    assert gym_verifier.dataset(name, json.dumps(options, sort_keys=True)).score_answer(padded, entry) == 1.0
+    assert score(f"<answer>{padded}</answer>", example.answer) == 0.0
+    assert score(f"<answer>{gold}</answer>", example.answer) == 1.0
+
+
 def test_integration_answers_cannot_echo_the_integral() -> None:
     # the integration scorers differentiate the answer: `Integral(f, x)` would score 1.0 without any work
     (example,), _ = gym.examples("simple_integration", size=1, eval_size=1, seed=0, options={})

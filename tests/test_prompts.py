@@ -111,3 +111,15 @@ def test_prepare_budgets_rendered_tokens_and_sizes_the_engine():
     assert max_model_len == max(len(e.prompt_ids) for e in train) + 8  # the longest kept prompt + max_new_tokens
     with pytest.raises(ConfigError, match="long has .* tokens, over data.max_prompt_tokens=70"):
         prepare([long], EXAMPLES, tok, 1000, data_cfg(max_prompt_tokens=70, long_prompts=LongPrompts.error), 8)
+
+
+def test_without_a_prompt_budget_the_context_less_the_response_is_the_budget():
+    """data.max_prompt_tokens=0: a prompt may take what the model's context leaves after rollout.max_new_tokens, and
+    not a token more (a prompt of exactly that length is kept, one token longer is dropped), so no prompt can fail
+    inside the engine; max_model_len never exceeds the context."""
+    tok = tokenizer(chat=False)
+    fits, over = Example("fits", "1" * 24, "1"), Example("over", "1" * 25, "1")  # 24 and 25 tokens (one per character)
+    assert [len(tok(e.prompt)["input_ids"]) for e in (fits, over)] == [24, 25]
+    train, _, max_model_len, dropped = prepare([fits, over], EXAMPLES, tok, 32, data_cfg(max_prompt_tokens=0), 8, verbose=False)
+    assert [e.id for e in train] == ["fits"] and dropped["data/dropped_train_prompts"] == 1
+    assert max_model_len == 32
