@@ -57,12 +57,8 @@ def _hydra_train(raw: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     recipe = HydraConfig.get().runtime.choices.get("recipe")
-    try:
+    with _errors("rlvr train"):  # (before the capture: the config says whether to capture)
         cfg = validate(raw)
-    except ConfigError as e:
-        _discard(Path(HydraConfig.get().runtime.output_dir))
-        console.error(f"rlvr train: config error: {e}")
-        raise SystemExit(2) from None
     with console.capture(verbose=cfg.logger.verbose), _errors("rlvr train"):  # other libraries' output: to rlvr.log
         with heavy_imports():  # torch, vllm: only once the config is valid
             from rlvr.trainer import RunStopped, train
