@@ -1,0 +1,161 @@
+"""make mutation: mutmut over the pure core, then its numbers and surviving mutants (docs/mutation.md).
+
+The pure core is the functions matched by CORE below: all of rlvr/algo.py, the micro-batch plan (rlvr/batching.py),
+the math verifier's extraction and equivalence and the arithmetic verifier. Not in it: the math verifier's refusal
+estimate and deadline tracer (resource bounds, not the answer), its logging filter, and the functions mutmut 3 leaves
+alone because they are decorated (`_equivalent_normalized`, `_parse`, `_warm_up`: functools caches).
+mutmut's settings (files, tests, isolation) are in pyproject.toml's [tool.mutmut].
+
+Each run starts from a fresh mutants/ folder (mutmut's results there would otherwise be reused), prints
+total / killed / timeout / survived and the kill rate, lists every survivor with its diff and its fate from
+EQUIVALENT, and exits 1 if a survivor is not explained or the kill rate is under MIN_KILL_RATE.
+Usage: python scripts/mutation.py [--no-run] (--no-run: report on the mutants/ folder of the last run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MUTMUT = Path(sys.executable).with_name("mutmut")
+MIN_KILL_RATE = 0.90
+
+_MATH = "rlvr.verifiers.math.x_"
+CORE = [
+    "rlvr.algo.*",
+    "rlvr.batching.*",
+    "rlvr.verifiers.arithmetic.*",
+    *(
+        f"{_MATH}{name}__mutmut_*"
+        for name in (
+            # extraction
+            "_boxed", "_last_line", "_phrase", "_answer_tag", "_last_number", "_checked", "extract_answer",
+            "format_score",
+            # normalization and equivalence
+            "normalize", "_as_fraction", "_sympy_equivalent", "_judge", "is_equivalent", "verify",
+        )
+    ),
+]
+
+# Survivors whose behaviour cannot differ from the original's (excluded from the kill rate's denominator):
+# mutant name -> why. Every other survivor is a missing test.
+_INT_LENGTHS = "`.to(None)` is a no-op: the lengths stay int64, and a float tensor divided by them has the same dtype and values"
+_LAST_DIM = "dim=+1 is dim=-1 on the documented 2-D [N, T] inputs"
+_DUAL_UNITS = ("for A < 0 (the only units counted) the original fires iff max(r, 1 - clip_low) > c, i.e. iff r > c since "
+               "1 - clip_low <= 1 < c; with this clamp bound it still fires iff r > c (config: 0 <= clip_low < 1, clip_high >= 0)")
+_SENTINEL = "any negative value is the same 'no box command pending' sentinel: positions are >= 0"
+EQUIVALENT: dict[str, str] = {
+    "rlvr.algo.x_importance_ratio__mutmut_17": _INT_LENGTHS,
+    "rlvr.algo.x_aggregate__mutmut_24": _INT_LENGTHS,
+    "rlvr.algo.x_importance_ratio__mutmut_22": _LAST_DIM,
+    "rlvr.algo.x_importance_ratio__mutmut_32": _LAST_DIM,
+    "rlvr.algo.x_aggregate__mutmut_26": _LAST_DIM,
+    "rlvr.algo.x_aggregate__mutmut_32": _LAST_DIM,
+    "rlvr.algo.x_metric_units__mutmut_7": _LAST_DIM,
+    "rlvr.algo.x_overlong_penalty__mutmut_29": "at |o| = L_max - L_cache the shaped branch is (start - |o|) / buffer = 0 too",
+    "rlvr.algo.x_overlong_penalty__mutmut_37": "at |o| = L_max the shaped branch is -buffer / buffer * factor = -factor "
+                                               "too (up to float rounding of start - L_max)",
+    "rlvr.algo.x_policy_loss_terms__mutmut_56": "at A = 0 the surrogate is 0 and so is the cap -A * c",
+    "rlvr.algo.x_policy_loss_terms__mutmut_203": "at A = 0 pg_u = 0 is not > -A * c = 0 either",
+    **{f"rlvr.algo.x_policy_loss_terms__mutmut_{n}": _DUAL_UNITS for n in (189, 190, 191, 193, 196, 197)},
+    "rlvr.algo.x_as_floats__mutmut_5": "`.to(None)` is a no-op and torch.stack promotes to the widest dtype: the floats are "
+                                       "the same (every float dtype widens exactly to float64)",
+    f"{_MATH}_answer_tag__mutmut_10": "rfind's start None is 0",
+    f"{_MATH}_answer_tag__mutmut_19": "close = 0: no `<answer>` can end before position 0, so start is -1 either way",
+    f"{_MATH}_answer_tag__mutmut_20": "close = 0: no `<answer>` can end before position 0, so start is -1 either way",
+    f"{_MATH}_answer_tag__mutmut_22": "only `start < 0` is tested: -2 is as negative as -1",
+    f"{_MATH}_as_fraction__mutmut_9": "dividing a Fraction by -1 is multiplying it by -1",
+    f"{_MATH}_boxed__mutmut_14": "pending_box is a box command's end (>= 5) or -1: > 0 is >= 0",
+    f"{_MATH}_boxed__mutmut_15": "pending_box is a box command's end (>= 5) or -1: >= 1 is >= 0",
+    f"{_MATH}_boxed__mutmut_4": _SENTINEL,
+    f"{_MATH}_boxed__mutmut_22": _SENTINEL,
+    f"{_MATH}_boxed__mutmut_5": "'' is falsy like None and is only ever replaced by a (start, end) tuple",
+    f"{_MATH}_last_line__mutmut_1": "a '' left by no match ends as None through `found or None`",
+    f"{_MATH}_last_number__mutmut_1": "'' (no number) and None are both 'not found' to its only caller, extract_answer",
+    f"{_MATH}_phrase__mutmut_16": "only the first piece of the split is used: the number of splits does not change it",
+    f"{_MATH}_phrase__mutmut_22": "only the first piece of the split is used: the number of splits does not change it",
+    f"{_MATH}_phrase__mutmut_20": "a found newline is at or after `end`, which is > 0 (after 'answer is'): > 0 is >= 0",
+    f"{_MATH}_phrase__mutmut_21": "a found newline is at or after `end`, which is > 0 (after 'answer is'): >= 1 is >= 0",
+    f"{_MATH}normalize__mutmut_113": "format 'F' differs from 'f' only for inf/nan, which the scientific-notation pattern "
+                                    "never matches",
+    f"{_MATH}_sympy_equivalent__mutmut_4": "with one side unparsed (strings only) math_verify compares strings only, and "
+                                          "equal strings were already equal to the strict comparison before it",
+}
+
+DETECTED = {"killed", "timeout", "segfault"}
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
+          -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", -11: "segfault", -9: "segfault", None: "not checked"}
+
+
+def in_core(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in CORE)
+
+
+def results() -> dict[str, str]:
+    """mutant name -> status, for the core's mutants, from mutmut's .meta files."""
+    found: dict[str, str] = {}
+    for meta in (REPO / "mutants").rglob("*.py.meta"):
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            if in_core(name):
+                found[name] = STATUS.get(code, "suspicious")
+    return found
+
+
+def diff(name: str) -> str:
+    out = subprocess.run([str(MUTMUT), "show", name], cwd=REPO, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
+    return " / ".join(line.strip() for line in lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-run", action="store_true", help="report on the last run's mutants/ folder")
+    args = parser.parse_args()
+    start = time.monotonic()
+    if not args.no_run:
+        shutil.rmtree(REPO / "mutants", ignore_errors=True)
+        log = REPO / "mutants.log"
+        with log.open("w") as f:
+            rc = subprocess.run([str(MUTMUT), "run", *CORE], cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
+        if rc:
+            print(log.read_text()[-3000:])
+            print(f"mutmut run failed (exit {rc}); its output: {log}")
+            return rc
+    status = results()
+    if not status:
+        print("no mutants of the pure core in mutants/: run without --no-run")
+        return 1
+    counts = Counter(status.values())
+    survivors = sorted(name for name, s in status.items() if s not in DETECTED)
+    equivalent = [name for name in survivors if name in EQUIVALENT]
+    unexplained = [name for name in survivors if name not in EQUIVALENT]
+    detected = sum(counts[s] for s in DETECTED)
+    rate = detected / len(status)
+    rate_eq = detected / max(1, len(status) - len(equivalent))
+    print(f"mutants: {len(status)}  " + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    print(f"kill rate: {detected}/{len(status)} = {rate:.1%}; without the {len(equivalent)} equivalent mutants: "
+          f"{detected}/{len(status) - len(equivalent)} = {rate_eq:.1%}")
+    for name in survivors:
+        fate = f"equivalent: {EQUIVALENT[name]}" if name in EQUIVALENT else "NOT EXPLAINED (missing test?)"
+        print(f"  {status[name]:9} {name}: {diff(name)}\n            -> {fate}")
+    stale = sorted(set(EQUIVALENT) - set(survivors))
+    if stale:
+        print(f"listed as equivalent but not surviving (renumbered? update EQUIVALENT): {stale}")
+    if not args.no_run:
+        print(f"make mutation: {time.monotonic() - start:.0f} s")
+    ok = not unexplained and rate_eq >= MIN_KILL_RATE
+    print("OK" if ok else f"FAILED: {len(unexplained)} unexplained survivors, kill rate {rate_eq:.1%} "
+          f"(required: {MIN_KILL_RATE:.0%})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
