@@ -33,6 +33,7 @@ CORE = [
     "rlvr.algo.*",
     "rlvr.batching.*",
     "rlvr.verifiers.arithmetic.*",
+    "rlvr.verifiers.countdown.*",
     *(
         f"{_MATH}{name}__mutmut_*"
         for name in (
@@ -40,7 +41,8 @@ CORE = [
             "_boxed", "_last_line", "_phrase", "_answer_tag", "_last_number", "_checked", "extract_answer",
             "format_score",
             # normalization and equivalence
-            "normalize", "_as_fraction", "_sympy_equivalent", "_judge", "is_equivalent", "verify",
+            "normalize", "_as_fraction", "_parse_uncached", "_sympy_equivalent", "_equivalent_uncached", "_judge",
+            "is_equivalent", "verify",
         )
     ),
 ]
@@ -52,6 +54,9 @@ _LAST_DIM = "dim=+1 is dim=-1 on the documented 2-D [N, T] inputs"
 _DUAL_UNITS = ("for A < 0 (the only units counted) the original fires iff max(r, 1 - clip_low) > c, i.e. iff r > c since "
                "1 - clip_low <= 1 < c; with this clamp bound it still fires iff r > c (config: 0 <= clip_low < 1, clip_high >= 0)")
 _SENTINEL = "any negative value is the same 'no box command pending' sentinel: positions are >= 0"
+_CD = "rlvr.verifiers.countdown.x_"
+_UNSEEN = "_Rejected's message is never seen: score_expression catches it and returns False"
+_CLOSE_AT_0 = "close = 0: no `<answer>` can start before position 0, so open_ is -1 either way"
 EQUIVALENT: dict[str, str] = {
     "rlvr.algo.x_importance_ratio__mutmut_17": _INT_LENGTHS,
     "rlvr.algo.x_aggregate__mutmut_24": _INT_LENGTHS,
@@ -86,6 +91,17 @@ EQUIVALENT: dict[str, str] = {
     f"{_MATH}_phrase__mutmut_21": "a found newline is at or after `end`, which is > 0 (after 'answer is'): >= 1 is >= 0",
     f"{_MATH}normalize__mutmut_113": "format 'F' differs from 'f' only for inf/nan, which the scientific-notation pattern "
                                     "never matches",
+    f"{_MATH}_equivalent_uncached__mutmut_1": "an empty side that goes on still ends False: the strict comparison fails, "
+                                             "'' is no fraction, and math_verify parses '' to [] (all strings)",
+    f"{_MATH}_equivalent_uncached__mutmut_29": "with no '.', both sides are exact rationals, and math_verify compares "
+                                              "rationals symbolically ('Only do this when one of the two is a float'): "
+                                              "it finds unequal rationals unequal too",
+    **{f"{_CD}_evaluate__mutmut_{n}": _UNSEEN for n in (3, 4, 5, 37, 38)},
+    f"{_CD}extract_expression__mutmut_12": "rfind's start None is 0",
+    **{f"{_CD}extract_expression__mutmut_{n}": _CLOSE_AT_0 for n in (21, 22)},
+    f"{_CD}extract_expression__mutmut_24": "only `open_ >= 0` is tested: -2 is as negative as -1",
+    f"{_CD}extract_expression__mutmut_29": "'' found nowhere ends as None too: it strips to '' and `found if ... else None`",
+    f"{_CD}extract_expression__mutmut_41": "`c in 'XX+-*/XX'` for one character c of a run: runs hold no 'X'",
     f"{_MATH}_sympy_equivalent__mutmut_4": "with one side unparsed (strings only) math_verify compares strings only, and "
                                           "equal strings were already equal to the strict comparison before it",
 }

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
 from rlvr.verifiers import Outcome
-from rlvr.verifiers.countdown import MAX_EXPR_CHARS, extract_expression, parse_answer, score_expression, verify
+from rlvr.verifiers.countdown import (
+    MAX_DEPTH,
+    MAX_EXPR_CHARS,
+    extract_expression,
+    parse_answer,
+    score_expression,
+    verify,
+)
 
 ANSWER = "target=24;numbers=3,5,7,1"
 
@@ -89,9 +97,49 @@ def test_score_expression_bounds() -> None:
 
 def test_malformed_ground_truth_raises() -> None:
     assert parse_answer("target=24;numbers=3,5,7,1") == (24, [3, 5, 7, 1])
-    for bad in ["24", "target=24", "target=24;numbers=3;extra=1", "target=x;numbers=1"]:
-        with pytest.raises(ValueError):
+    assert parse_answer("target=-4;numbers=1,5,") == (-4, [1, 5])  # a trailing comma is no number
+    for bad, problem in [
+        ("24", "expected 'target=T;numbers=a,b,...'"),
+        ("target=24", "needs exactly the keys 'target' and 'numbers'"),
+        ("target=24;numbers=3;extra=1", "needs exactly the keys"),
+        ("target=x;numbers=1", "must be integers"),
+        ("target==24;numbers=1", "must be integers"),  # split at the first '=': the key is 'target', its value '=24'
+        ("target=24;numbers=1,2=3", "must be integers"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(f"countdown answer {bad!r}: ") + ".*" + re.escape(problem)):
             parse_answer(bad)
+
+
+def test_the_answer_tag_wins_over_expressions_after_it() -> None:
+    assert extract_expression("<answer>3 * 8</answer> and then 1+1") == "3 * 8"  # the tag at position 0 counts
+    assert extract_expression("so <answer>3 * 8</answer> and then 1+1") == "3 * 8"
+    # the last complete block: an opening tag after the last closing one does not start a new block
+    assert extract_expression("<answer>1+2</answer> and <answer>3*4") == "1+2"
+
+
+def test_an_answer_block_is_an_answer_unless_it_holds_only_a_claim_sign() -> None:
+    assert extract_expression("<answer> = </answer>") is None
+    assert verify("<answer> = </answer>", ANSWER) is Outcome.NO_ANSWER
+    assert extract_expression("<answer>X</answer>") == "X"
+    assert verify("<answer>X</answer>", ANSWER) is Outcome.INCORRECT  # an answer, wrong: not a missing one
+
+
+def test_expression_length_limit_is_inclusive() -> None:
+    exact = "3 * 8" + " " * (MAX_EXPR_CHARS - 5)
+    assert len(exact) == MAX_EXPR_CHARS and score_expression(exact, 24, [3, 8])
+    assert not score_expression(exact + " ", 24, [3, 8])
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_depth_limit_counts_every_level_from_the_root(side: str) -> None:
+    """The root BinOp is at depth 0; a chain of k operators puts its innermost literal at depth k, allowed up to
+    MAX_DEPTH on either side of the tree."""
+
+    def chain(k: int) -> str:
+        return "1+" * k + "1" if side == "left" else "1+(" * k + "1" + ")" * k
+
+    assert score_expression(chain(MAX_DEPTH), MAX_DEPTH + 1, [1] * (MAX_DEPTH + 1))
+    assert not score_expression(chain(MAX_DEPTH + 1), MAX_DEPTH + 2, [1] * (MAX_DEPTH + 2))
 
 
 def test_long_hostile_outputs_are_fast() -> None:

@@ -63,7 +63,10 @@ def parse_answer(answer: str) -> tuple[int, list[int]]:
         fields[key.strip()] = value.strip()
     if set(fields) != {"target", "numbers"}:
         raise ValueError(f"countdown answer {answer!r}: needs exactly the keys 'target' and 'numbers'")
-    return int(fields["target"]), [int(n) for n in fields["numbers"].split(",") if n.strip()]
+    try:
+        return int(fields["target"]), [int(n) for n in fields["numbers"].split(",") if n.strip()]
+    except ValueError:
+        raise ValueError(f"countdown answer {answer!r}: the target and the numbers must be integers") from None
 
 
 def extract_expression(completion: str) -> str | None:

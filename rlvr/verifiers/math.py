@@ -423,10 +423,14 @@ def _as_fraction(s: str) -> Fraction | None:
     return None
 
 
-@functools.lru_cache(maxsize=8192)
-def _parse(answer: str) -> list:
-    """math_verify's parse of one answer (normalized), SIGALRM timeout disabled; cached."""
+def _parse_uncached(answer: str) -> list:
+    """math_verify's parse of one answer (normalized), SIGALRM timeout disabled."""
     return _mv_parse(f"${answer}$", parsing_timeout=None)  # type: ignore[arg-type]
+
+
+# The caches wrap plain functions (rather than decorating them) so that `make mutation` can mutate their bodies:
+# mutmut leaves decorated functions alone.
+_parse = functools.lru_cache(maxsize=8192)(_parse_uncached)
 
 
 def _sympy_equivalent(pred: str, gold: str) -> bool:
@@ -451,9 +455,8 @@ def _warm_up() -> None:
         _sympy_equivalent(pred, gold)
 
 
-@functools.lru_cache(maxsize=8192)
-def _equivalent_normalized(pred: str, gold: str) -> bool:
-    """Raises _OutOfTime (not cached) if math_verify runs past the deadline."""
+def _equivalent_uncached(pred: str, gold: str) -> bool:
+    """Whether two normalized answers are equal; raises _OutOfTime if math_verify runs past the deadline."""
     if not pred or not gold:
         return False
     if pred.replace(" ", "") == gold.replace(" ", ""):
@@ -468,6 +471,9 @@ def _equivalent_normalized(pred: str, gold: str) -> bool:
         return False  # the strict comparison above was the answer
     _warm_up()
     return _within_deadline(_sympy_equivalent, pred, gold)
+
+
+_equivalent_normalized = functools.lru_cache(maxsize=8192)(_equivalent_uncached)  # _OutOfTime is not cached
 
 
 def _judge(completion: str, answer: str, extract: Iterable[str]) -> bool | None:
