@@ -95,8 +95,8 @@ model: install
 config-reference: install
 	$(PY) scripts/config_reference.py
 
-# Mutation testing of the pure core (rlvr/algo.py, the micro-batch plan, the math and arithmetic verifiers' extraction
-# and equivalence) with mutmut, outside `make test`: ~16 minutes on 2 cores; docs/mutation.md has the report and why
+# Mutation testing of the pure core (rlvr/algo.py, the micro-batch plan, the math, arithmetic and countdown verifiers'
+# extraction and equivalence) with mutmut, outside `make test`: ~16 minutes on 2 cores; docs/mutation.md has the report and why
 # each surviving mutant is equivalent. Fails if a survivor is unexplained or the kill rate is under 90%.
 mutation: install
 	$(PY) scripts/mutation.py

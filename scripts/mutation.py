@@ -1,9 +1,10 @@
 """make mutation: mutmut over the pure core, then its numbers and surviving mutants (docs/mutation.md).
 
 The pure core is the functions matched by CORE below: all of rlvr/algo.py, the micro-batch plan (rlvr/batching.py),
-the math verifier's extraction and equivalence and the arithmetic verifier. Not in it: the math verifier's refusal
-estimate and deadline tracer (resource bounds, not the answer), its logging filter, and the functions mutmut 3 leaves
-alone because they are decorated (`_equivalent_normalized`, `_parse`, `_warm_up`: functools caches).
+the math verifier's extraction and equivalence, and the arithmetic and countdown verifiers. Not in it: the math
+verifier's refusal estimate and deadline tracer (resource bounds, not the answer), its logging filter and `_warm_up`
+(sympy's lazy imports). mutmut 3 leaves decorated functions alone, so the verifier's caches wrap plain functions
+(`_parse_uncached`, `_equivalent_uncached`), which are mutated.
 mutmut's settings (files, tests, isolation) are in pyproject.toml's [tool.mutmut].
 
 Each run starts from a fresh mutants/ folder (mutmut's results there would otherwise be reused), prints
