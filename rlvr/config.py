@@ -221,10 +221,12 @@ class RewardConfig:
     correct: float = MISSING
     incorrect: float = MISSING
     no_answer: float = MISSING
+    timed_out: float | None = MISSING  # the verifier gave up (work budget or timeout_s); null = incorrect
     extract: list[Extractor] | None = MISSING  # math/gym verifiers: answer extractors, in order; null = the verifier's own
     partial: bool = MISSING  # gym verifier: the dataset's float score is the reward (correct still means 1.0)
     workers: int = MISSING  # verifier worker processes; 0 = in-process, no timeout
     timeout_s: float = MISSING  # per-sample wall-clock limit
+    gold_check: float = MISSING  # share of gold answers that must score CORRECT before any model loads; 0 = skip
 
 
 @dataclass
@@ -391,6 +393,8 @@ def check(cfg: Config) -> None:
         raise ConfigError(f"data.skip_solved must be >= 0 (0 = off), got {cfg.data.skip_solved}")
     if cfg.reward.workers < 0 or cfg.reward.timeout_s <= 0:
         raise ConfigError(f"reward.workers must be >= 0 and reward.timeout_s > 0, got {cfg.reward.workers}, {cfg.reward.timeout_s}")
+    if not 0 <= cfg.reward.gold_check <= 1:
+        raise ConfigError(f"reward.gold_check must be a share in [0, 1] (0 = skip the check), got {cfg.reward.gold_check}")
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be >= 1, got {value}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlvr import console
+from rlvr import console, gold
 from rlvr.config import GROUPS, ConfigError, check_engines, override_key, validate
 from rlvr.imports import heavy_imports
 from rlvr.models import is_builtin
@@ -121,6 +121,13 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
     torch.set_num_threads(cfg.trainer.torch_threads)
     _, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
+    try:  # the verifier must read the held-out gold answers before any model loads (rlvr.gold); every rank checks
+        gold_note = gold.startup_note(eval_set, rewarder.gold_check(), cfg.reward.gold_check, cfg.trainer.seed)
+    except ConfigError:
+        rewarder.close()
+        raise
+    if distributed.is_main():
+        console.say(f"rlvr eval: {len(eval_set):,} held-out prompts; {gold_note}")
     engine = Engine.from_config(model_path, cfg, max_model_len)
     start = time.perf_counter()
     metrics, rows = evaluate(engine, eval_set, rewarder, cfg, None if target is None else target.step, every_row=True)
@@ -151,9 +158,14 @@ def write(out: Path, report: dict[str, Any], rows: list[dict[str, Any]]) -> None
 
 
 def summary(report: dict[str, Any]) -> str:
-    """The metrics as a person reads them, one per line."""
+    """The metrics as a person reads them, one per line; the verifier's timeout shares only where it gave up on some
+    answer, with a line saying what that means."""
     e = report["eval"]
     what = "greedy" + (f" + {e['n']} samples each (temperature {e['temperature']}, top_p {e['top_p']})" if e["n"] else "")
     lines = [f"rlvr eval: {report['model']}: {report['prompts']} held-out prompts, {what}, {report['seconds']:.1f} s"]
-    lines += [f"  {key:<44} {value:.4f}" for key, value in report["metrics"].items()]
+    metrics = report["metrics"]
+    lines += [f"  {key:<44} {value:.4f}" for key, value in metrics.items() if value or not key.endswith("timeout_frac")]
+    if any(value for key, value in metrics.items() if key.endswith("timeout_frac")):
+        lines.append("  timeout_frac: answers the verifier gave up on (its work budget or reward.timeout_s ran out), "
+                     "scored as reward.timed_out, not judged")  # fmt: skip
     return "\n".join(lines)

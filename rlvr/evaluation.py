@@ -1,5 +1,5 @@
 """Evaluation on held-out prompts: greedy accuracy and, over eval.n sampled answers per prompt, mean@n and unbiased
-pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation and no-answer rates.
+pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation, no-answer and verifier-timeout rates.
 
 Training's evaluations (trainer.eval_every) and `rlvr eval` (rlvr.eval_cli) run this same `evaluate`, so evaluating a
 checkpoint reproduces the eval/accuracy its run logged at that step. Under torchrun each engine takes a strided share
@@ -46,6 +46,7 @@ class Scored:
 
     correct: bool
     no_answer: bool
+    timeout: bool  # the verifier gave up (Outcome.TIMEOUT): neither the model's answer nor its absence was judged
     tokens: int
     truncated: bool
 
@@ -60,9 +61,10 @@ def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
 
 
 def rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
-    """The shares of answers without a readable answer and cut off at the token limit."""
+    """The shares of answers without a readable answer, whose verifier gave up, and cut off at the token limit."""
     return {
         f"{prefix}no_answer_frac": sum(s.no_answer for s in scored) / len(scored),
+        f"{prefix}timeout_frac": sum(s.timeout for s in scored) / len(scored),
         f"{prefix}truncated_frac": sum(s.truncated for s in scored) / len(scored),
     }
 
@@ -108,8 +110,8 @@ def evaluate(
                                   top_p=e.top_p, seeds=seeds, stop=r.stop)  # fmt: skip
     flat = greedy + [c for answers in sampled for c in answers]
     results = rewarder.judge([c.text for c in flat], [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)])
-    scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, len(c.token_ids), c.finish_reason == "length")
-              for c, res in zip(flat, results)]  # fmt: skip
+    scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, len(c.token_ids),
+                     c.finish_reason == "length") for c, res in zip(flat, results)]  # fmt: skip
     local = {"places": places, "greedy": scored[: len(mine)],
              "sampled": [scored[len(mine) + i * e.n : len(mine) + (i + 1) * e.n] for i in range(len(mine))]}  # fmt: skip
     if every_row:

@@ -3,8 +3,9 @@ a pool of worker processes with a per-sample timeout, plus DAPO's overlong shapi
 construction (the arithmetic one: a length-capped regex and int()) runs in this process instead: no workers to start,
 no pickling, microseconds per sample.
 
-A sample whose verifier call times out or raises gets the "no answer" reward and is counted
-(`verifier/timeouts`, `verifier/errors`); the run goes on.
+A sample whose verifier gave up (Outcome.TIMEOUT: its own work budget, or the pool's reward.timeout_s, ran out) gets
+the reward.timed_out reward (null: reward.incorrect) and is counted in `verifier/timeouts` and `reward/timeout_frac`;
+one whose verifier call raises gets the "no answer" reward and is counted in `verifier/errors`. The run goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlvr.verifiers.pool import Result, VerifierPool, load_function
 class Verifier(NamedTuple):
     verify: str  # (completion, answer) -> Outcome, run in the worker pool
     extract: str  # completion -> the answer it read (in-process, bounded): for samples and warnings
+    gold: str  # answer -> Outcome: the verdict on a perfect completion for this gold (rlvr.gold's start-up check)
     score: str | None = None  # (completion, answer) -> float in [0, 1]: partial credit (reward.partial)
     extractors: bool = False  # verify / score / extract take the reward.extract list (`extract=` / `extractors=`)
     in_process: bool = False  # bounded by construction: runs here, not in the worker pool (reward.workers ignored)
@@ -32,10 +34,13 @@ class Verifier(NamedTuple):
 
 VERIFIERS = {
     VerifierName.arithmetic: Verifier("rlvr.verifiers.arithmetic:verify", "rlvr.verifiers.arithmetic:extract",
-                                      in_process=True),
-    VerifierName.math: Verifier("rlvr.verifiers.math:verify", "rlvr.verifiers.math:extract_answer", extractors=True),
-    VerifierName.countdown: Verifier("rlvr.verifiers.countdown:verify", "rlvr.verifiers.countdown:extract_expression"),
-    VerifierName.gym: Verifier("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract", "rlvr.verifiers.gym:score", True),
+                                      "rlvr.verifiers.arithmetic:check_gold", in_process=True),
+    VerifierName.math: Verifier("rlvr.verifiers.math:verify", "rlvr.verifiers.math:extract_answer",
+                                "rlvr.verifiers.math:check_gold", extractors=True),
+    VerifierName.countdown: Verifier("rlvr.verifiers.countdown:verify", "rlvr.verifiers.countdown:extract_expression",
+                                     "rlvr.verifiers.countdown:check_gold"),
+    VerifierName.gym: Verifier("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract", "rlvr.verifiers.gym:check_gold",
+                               score="rlvr.verifiers.gym:score", extractors=True),
 }
 
 
@@ -60,6 +65,11 @@ class Rewarder:
             primary = functools.partial(load_function(str(primary)), extract=extract)  # pickled to the workers
             self.extract_fn = functools.partial(load_function(spec.extract), extractors=extract)
         self.partial = cfg.partial
+        timed_out = cfg.incorrect if cfg.timed_out is None else cfg.timed_out  # reward.timed_out null: as incorrect
+        self._values = {Outcome.CORRECT: cfg.correct, Outcome.INCORRECT: cfg.incorrect, Outcome.NO_ANSWER: cfg.no_answer,
+                        Outcome.TIMEOUT: timed_out}  # fmt: skip
+        # the gold self-check keeps each verifier's own answer form (boxed, answer tag) whatever reward.extract says
+        self._gold = None if spec is None else spec.gold
         # A bad import path fails here, before any model loads.
         self.primary = _pool("reward.fn", primary, cfg, in_process=spec is not None and spec.in_process)
         self.terms = [(t.fn, t.weight, _pool(f"reward.terms[{i}].fn", t.fn, cfg)) for i, t in enumerate(cfg.terms)]
@@ -69,16 +79,18 @@ class Rewarder:
 
     def value(self, result: Result) -> float:
         """An Outcome through the reward table; a float score as it is."""
-        if isinstance(result, Outcome):
-            return {Outcome.CORRECT: self.cfg.correct, Outcome.INCORRECT: self.cfg.incorrect,
-                    Outcome.NO_ANSWER: self.cfg.no_answer}[result]
-        return result
+        return self._values[result] if isinstance(result, Outcome) else result
 
     def is_correct(self, result: Result) -> bool:
         """CORRECT for an Outcome; a positive score from a user function; a full score (1.0) with partial credit."""
         if isinstance(result, Outcome):
             return result is Outcome.CORRECT
         return result >= 1.0 if self.partial else result > 0
+
+    def gold_check(self) -> Callable[[str], Outcome | None] | None:
+        """The verifier's `check_gold` (answer -> the verdict on a perfect completion for it), run in this process by
+        rlvr.gold; None for a user reward.fn, whose answers rlvr cannot write."""
+        return None if self._gold is None else load_function(self._gold)
 
     def judge(self, texts: list[str], answers: list[str]) -> list[Result]:
         """The primary verifier's results alone (evaluation)."""
@@ -97,17 +109,20 @@ class Rewarder:
         results, stats = self.primary.score(pairs)
         rewards = torch.tensor([self.value(r) for r in results])  # [n]
         correct = torch.tensor([float(self.is_correct(r)) for r in results])  # [n]
+        # a timeout is every TIMEOUT result: the pool's own (stats.timeouts) and a verifier's that gave up by itself
+        timeouts = sum(r is Outcome.TIMEOUT for r in results)
         metrics = {
-            "verifier/timeouts": float(stats.timeouts),
+            "verifier/timeouts": float(timeouts),
             "verifier/errors": float(stats.errors),
             "reward/no_answer_frac": sum(r is Outcome.NO_ANSWER for r in results) / max(len(results), 1),
+            "reward/timeout_frac": timeouts / max(len(results), 1),
         }
         for name, weight, pool in self.terms:
             term_results, term_stats = pool.score(pairs)
             term = torch.tensor([self.value(r) for r in term_results])  # [n]
             rewards = rewards + weight * term
             metrics[f"reward/term/{name}"] = term.mean().item()
-            metrics["verifier/timeouts"] += term_stats.timeouts
+            metrics["verifier/timeouts"] += sum(r is Outcome.TIMEOUT for r in term_results)
             metrics["verifier/errors"] += term_stats.errors
         if self.algo.overlong_shaping:
             lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)  # [n]

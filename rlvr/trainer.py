@@ -21,7 +21,7 @@ import psutil
 import torch
 from omegaconf import OmegaConf
 
-from rlvr import algo, checkpoint, console, distributed, lora, prompts, samples, settings
+from rlvr import algo, checkpoint, console, distributed, gold, lora, prompts, samples, settings
 from rlvr.config import Advantage, Config, ConfigError, PiOld, Task, check_world
 from rlvr.data import PromptStream
 from rlvr.evaluation import evaluate
@@ -64,7 +64,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
     out = Path(distributed.broadcast_object(t.output_dir))  # Hydra's timestamped folder may differ per rank: rank 0's
 
     # Start-up checks, before any model loads: the output folder, the resume point, the device settings, the data and
-    # its prompt budget, the reward functions (the verifier workers start here).
+    # its prompt budget, the reward functions (the verifier workers start here), the verifier on the data's gold answers.
     checkpoint.ensure_writable(out)
     console.log_to(out, distributed.rank())  # other libraries' output: into <out>/rlvr.log from here on
     model_path = resolve_model_path(cfg.model.path)
@@ -88,10 +88,15 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             "would overwrite; choose a new trainer.output_dir, or continue the earlier run with trainer.resume=auto"
         )
     rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
+    try:  # every rank checks the same rows (deterministic, seconds), so every rank stops on a failure
+        gold_note = gold.startup_note(train_set + eval_set, rewarder.gold_check(), cfg.reward.gold_check, t.seed)
+    except ConfigError:
+        rewarder.close()
+        raise
     if distributed.is_main():  # the config as this run uses it (settings resolved), and the device they were resolved for
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         settings.record(out, device, resolved)
-        for line in startup_summary(cfg, recipe, model_path, len(train_set), len(eval_set), device, resolved, out):
+        for line in startup_summary(cfg, recipe, model_path, len(train_set), len(eval_set), gold_note, device, resolved, out):
             console.say(line)  # before the models load (minutes, for a big one)
         console.detail(setting_notes[0])  # every resolved setting (settings.json has them too)
 
@@ -450,10 +455,10 @@ def warn_if_unreadable(where: str, no_answer_frac: float, rows: list[dict[str, A
         console.warn(warning)
 
 
-def startup_summary(cfg: Config, recipe: str | None, model_path: str, train_size: int, eval_size: int,
+def startup_summary(cfg: Config, recipe: str | None, model_path: str, train_size: int, eval_size: int, gold_note: str,
                     device: settings.DeviceSpec, resolved: settings.Settings, out: Path) -> list[str]:  # fmt: skip
-    """What the run is, in five lines: recipe, model and its size (from its config.json), data, device and
-    precision, output folder."""
+    """What the run is, in five lines: recipe, model and its size (from its config.json), data (and what the gold
+    self-check found: rlvr.gold), device and precision, output folder."""
     a, lora_rank = cfg.algo, cfg.model.lora.rank
     params = settings.model_shape(model_path).num_params
     how = f"a rank-{lora_rank} LoRA adapter trained" if lora_rank else "every weight trained"
@@ -464,7 +469,7 @@ def startup_summary(cfg: Config, recipe: str | None, model_path: str, train_size
         f"rlvr train: {recipe or 'recipe'} | {a.prompts_per_step} prompts x {a.group_size} samples per step, "
         f"{cfg.trainer.max_steps} steps",
         f"  model   {cfg.model.path} ({_count(params)} parameters; {how})",
-        f"  data    {task}: {train_size:,} training prompts, {eval_size:,} held out",
+        f"  data    {task}: {train_size:,} training prompts, {eval_size:,} held out; {gold_note}",
         f"  device  {settings.describe(device)}, {world} rank{'s' if world > 1 else ''}; learner {resolved.precision}, "
         f"engine {resolved.engine_dtype}",
         f"  output  {out}{log}",

@@ -1,6 +1,13 @@
 """Math verifications per second through VerifierPool (target: >= 1,000/s on 2 workers).
 
     OMP_NUM_THREADS=1 python scripts/bench_verifiers.py [--n 2000] [--workers 2] [--reps 3]
+    OMP_NUM_THREADS=1 python scripts/bench_verifiers.py --per-pair [--reps 3]
+
+--per-pair times each pair of the tests' corpus (tests/math_pairs.py) and of one generated batch (below) in this
+process, one `verify` call each, with the verifier's own caches emptied before it (after the one-off warm-up): the
+median, p99 and max over the pairs (each pair's median over --reps passes), and the verdicts that differ from the
+corpus's expected ones. It runs against any version of the verifier on the path (PYTHONPATH=<old checkout> for a
+before/after comparison on the same pairs).
 
 A batch looks like a rollout: n / 16 prompts with 16 completions each, a few hundred characters of
 reasoning ending in a boxed answer written as the ground truth, another spelling of it (fraction vs
@@ -12,12 +19,14 @@ training; a small warm-up batch first pays the one-off sympy / parser start-up.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shlex
 import statistics
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from rlvr.verifiers import Outcome
 from rlvr.verifiers.pool import VerifierPool
@@ -63,14 +72,49 @@ def make_batch(n: int, seed: int, group: int = 16) -> list[tuple[str, str]]:
     return pairs
 
 
+def per_pair(reps: int) -> None:
+    """Each pair's verify time in this process (module docstring); the last line is JSON."""
+    from rlvr.verifiers import math as verifier
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from math_pairs import PAIRS
+
+    getattr(verifier, "warm_up", getattr(verifier, "_warm_up", None))()  # type: ignore[misc]
+    pairs = [(c, g, want) for c, g, want in PAIRS] + [(c, g, None) for c, g in make_batch(320, seed=7)]
+    caches = [getattr(verifier, name) for name in ("_equivalent_normalized", "_parse") if hasattr(verifier, name)]
+    times: list[list[float]] = [[] for _ in pairs]
+    wrong: list[tuple[str, str, str, str]] = []
+    for rep in range(reps):
+        for i, (completion, gold, want) in enumerate(pairs):
+            for cache in caches:
+                cache.cache_clear()
+            start = time.perf_counter()
+            outcome = verifier.verify(completion, gold)
+            times[i].append(time.perf_counter() - start)
+            if rep == 0 and want is not None and outcome.value != want:
+                wrong.append((completion[-60:], gold, want, outcome.value))
+    each = sorted(statistics.median(t) for t in times)
+    p99 = each[min(len(each) - 1, round(0.99 * (len(each) - 1)))]
+    for row in wrong:
+        print("differs from expected:", row)
+    print(f"{len(pairs)} pairs: median {statistics.median(each) * 1e3:.2f} ms, p99 {p99 * 1e3:.1f} ms, "
+          f"max {each[-1] * 1e3:.1f} ms; {len(wrong)} of {len(PAIRS)} corpus verdicts differ from expected")  # fmt: skip
+    print(json.dumps({"pairs": len(pairs), "median_ms": statistics.median(each) * 1e3, "p99_ms": p99 * 1e3,
+                      "max_ms": each[-1] * 1e3, "corpus_wrong": len(wrong), "corpus": len(PAIRS)}))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-pair", action="store_true", help="time each pair in this process (docstring)")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=5.0)
     args = parser.parse_args()
     print("command:", shlex.join([sys.executable, *sys.argv]))
+    if args.per_pair:
+        per_pair(args.reps)
+        return
     start = time.perf_counter()
     with VerifierPool("rlvr.verifiers.math:verify", workers=args.workers, timeout_s=args.timeout_s) as pool:
         print(f"pool start: {time.perf_counter() - start:.2f} s ({args.workers} workers)")

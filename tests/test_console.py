@@ -30,7 +30,7 @@ def test_a_runs_console_holds_rlvr_lines_only_and_the_log_the_rest(short_run):
     assert lines[0].startswith("rlvr train: dapo | ")
     assert [line.split()[0] for line in lines[1:5]] == ["model", "data", "device", "output"]
     assert "builtin:tiny-arith" in lines[1] and "parameters" in lines[1]
-    assert re.search(r"[\d,]+ training prompts, 64 held out", lines[2])
+    assert re.search(r"[\d,]+ training prompts, 64 held out; gold answers 100\.0% readable$", lines[2])
     assert f"output  {short_run} " in lines[4]
     # without a terminal: a plain line at each evaluation (every step here) and no carriage returns of a live bar
     assert [line.split(" |")[0] for line in lines if line.startswith("step ")] == ["step 0/2", "step 1/2", "step 2/2"]

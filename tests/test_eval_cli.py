@@ -34,6 +34,7 @@ def test_eval_of_a_checkpoint_reproduces_its_step(short_run, rlvr_cli, tmp_path)
     assert sum(r["correct"] for r in sampled) / len(sampled) == pytest.approx(metrics["eval/mean@4"], abs=1e-15)
     assert {"prompt", "completion", "gold", "extracted", "outcome"} <= set(rows[0])
     assert "eval/accuracy" in result.stdout and "pass@4" in result.stdout
+    assert "rlvr eval: 64 held-out prompts; gold answers 100.0% readable" in result.stdout  # checked before the model loaded
 
 
 def test_eval_of_a_run_folder_uses_its_final_model(short_run, rlvr_cli, tmp_path):
@@ -131,3 +132,15 @@ def test_run_config_of_an_older_run_fills_keys_added_since(tmp_path):
     assert cfg.algo.round_size.value == "adaptive" and cfg.algo.pi_old.value == "learner"
     assert cfg.data.skip_solved == 0 and cfg.eval.temperature == 1.0
     assert cfg.trainer.lr == 1e-5 and cfg.eval.n == 8
+
+
+def test_summary_shows_the_timeout_shares_only_when_the_verifier_gave_up():
+    from rlvr.eval_cli import summary
+
+    report = {"model": "m", "prompts": 4, "seconds": 1.0, "eval": {"n": 0},
+              "metrics": {"eval/accuracy": 0.5, "eval/no_answer_frac": 0.0, "eval/timeout_frac": 0.0}}  # fmt: skip
+    lines = summary(report).splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["eval/accuracy", "eval/no_answer_frac"]  # no timeout: not shown
+    report["metrics"]["eval/timeout_frac"] = 0.25
+    lines = summary(report).splitlines()
+    assert lines[3].split() == ["eval/timeout_frac", "0.2500"] and "the verifier gave up" in lines[4]

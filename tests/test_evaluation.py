@@ -47,21 +47,22 @@ def test_k_values():
     assert k_values(3) == [1, 2, 3]
 
 
-def answer(correct: bool, tokens: int, *, no_answer: bool = False, truncated: bool = False) -> Scored:
-    return Scored(correct=correct, no_answer=no_answer, tokens=tokens, truncated=truncated)
+def answer(correct: bool, tokens: int, *, no_answer: bool = False, timeout: bool = False, truncated: bool = False) -> Scored:
+    return Scored(correct=correct, no_answer=no_answer, timeout=timeout, tokens=tokens, truncated=truncated)
 
 
 def test_summary_of_greedy_and_sampled_answers():
-    greedy = [answer(True, 4), answer(False, 6, truncated=True), answer(False, 2, no_answer=True), answer(True, 8)]
-    # three prompts x n=4 samples with 0, 1 and 4 correct
+    greedy = [answer(True, 4), answer(False, 6, timeout=True, truncated=True), answer(False, 2, no_answer=True),
+              answer(True, 8)]  # fmt: skip
+    # three prompts x n=4 samples with 0, 1 and 4 correct; the verifier gave up on two of the first prompt's
     sampled = [
-        [answer(False, 5)] * 4,
+        [answer(False, 5, timeout=True)] * 2 + [answer(False, 5)] * 2,
         [answer(True, 3), answer(False, 7), answer(False, 7, truncated=True), answer(False, 1, no_answer=True)],
         [answer(True, 2)] * 4,
     ]
     m = summarize(greedy, sampled)
     assert m["eval/accuracy"] == 0.5
-    assert m["eval/no_answer_frac"] == 0.25 and m["eval/truncated_frac"] == 0.25
+    assert m["eval/no_answer_frac"] == 0.25 and m["eval/truncated_frac"] == 0.25 and m["eval/timeout_frac"] == 0.25
     assert m["eval/response_length"] == 5.0
     assert m["eval/response_length_p50"] == 5.0  # median of 2, 4, 6, 8
     assert m["eval/response_length_p95"] == pytest.approx(2 + 0.95 * 3 * 2)  # linear: rank 2.85 between 6 and 8
@@ -73,6 +74,7 @@ def test_summary_of_greedy_and_sampled_answers():
     assert m["eval/pass@1"] == pytest.approx(m["eval/mean@4"], abs=16 * EPS)  # pass@1 is mean@n
     assert m["eval/pass@2"] == pytest.approx((0 + 0.5 + 1) / 3)  # c=1 of 4: 1 - C(3,2)/C(4,2) = 1/2
     assert m["eval/sampled_no_answer_frac"] == 1 / 12 and m["eval/sampled_truncated_frac"] == 1 / 12
+    assert m["eval/sampled_timeout_frac"] == 2 / 12
     assert m["eval/sampled_response_length"] == pytest.approx((20 + 18 + 8) / 12)
     assert m["eval/sampled_response_length_correct_mean"] == pytest.approx((3 + 8) / 5)
     assert set(m) >= {"eval/sampled_response_length_p50", "eval/sampled_response_length_p95"}

@@ -104,8 +104,11 @@ def test_an_unparseable_side_is_not_equivalent() -> None:
     assert is_equivalent(f"{B}{{?}}", "!") is False
 
 
-def test_sympy_comparison_works_off_the_main_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(math_verifier, "DEADLINE_S", 60.0)
+def _equal(pred: str, gold: str) -> bool:
+    return math_verifier._equivalent_normalized(pred, gold) is Outcome.CORRECT
+
+
+def test_sympy_comparison_works_off_the_main_thread() -> None:
     result: list[bool] = []
     thread = threading.Thread(target=lambda: result.append(is_equivalent(f"{B}{{(y+2)^2}}", "y^2+4y+4")))
     thread.start()
@@ -114,19 +117,19 @@ def test_sympy_comparison_works_off_the_main_thread(monkeypatch: pytest.MonkeyPa
 
 
 def test_an_empty_side_is_never_equal() -> None:
-    equal = math_verifier._equivalent_normalized
+    equal = _equal
     assert (equal("", "5"), equal("5", ""), equal("", "")) == (False, False, False)
 
 
 def test_strict_comparison_ignores_spaces_on_both_sides() -> None:
     """'@1' is nothing math_verify can parse, so only the strict comparison can find these equal."""
-    equal = math_verifier._equivalent_normalized
+    equal = _equal
     assert equal("@ 1", "@1") and equal("@1", "@ 1")
     assert not equal("@1", "@2")
 
 
 def test_answers_up_to_the_length_limit_are_compared_as_numbers_longer_ones_as_strings() -> None:
-    equal = math_verifier._equivalent_normalized
+    equal = _equal
     at_limit = "1." + "0" * (MAX_ANSWER_CHARS - 2)
     assert len(at_limit) == MAX_ANSWER_CHARS
     assert equal(at_limit, "1") and equal("1", at_limit)
@@ -135,15 +138,16 @@ def test_answers_up_to_the_length_limit_are_compared_as_numbers_longer_ones_as_s
 
 
 def test_a_number_against_an_expression_goes_to_sympy() -> None:
-    assert math_verifier._equivalent_normalized("2", "\\sqrt{4}")
-    assert math_verifier._equivalent_normalized("\\sqrt{4}", "2")
+    assert _equal("2", "\\sqrt{4}")
+    assert _equal("\\sqrt{4}", "2")
 
 
 def test_a_refused_side_is_compared_as_a_string_only() -> None:
     """sympy would evaluate the substitution x|_{x=3} to 3; the refusal rule (a substitution is evaluated while
     parsing) keeps it from sympy, so only the strict comparison counts, on either side."""
-    assert math_verifier._sympy_equivalent("x|_{x=3}", "3")  # what sympy would have said
-    equal = math_verifier._equivalent_normalized
+    math_verifier._warmed()
+    assert math_verifier._sympy_equivalent("x|_{x=3}", "3") is Outcome.CORRECT  # what sympy would have said
+    equal = _equal
     assert not equal("x|_{x=3}", "3") and not equal("3", "x|_{x=3}")
     assert equal("x|_{x=3}", "x|_{x=3}")
 

@@ -9,6 +9,7 @@ from conftest import compose_config
 from rlvr.config import ConfigError, VerifierName, validate
 from rlvr.rewards import Rewarder
 from rlvr.types import Completion
+from rlvr.verifiers import Outcome
 
 
 def make_cfg(*overrides: str):
@@ -78,3 +79,36 @@ def test_arithmetic_verifier_runs_in_process_and_the_others_in_workers():
             assert [rewarder.is_correct(r) for r in results] == [True, False, False]
         finally:
             rewarder.close()
+
+
+@pytest.mark.parametrize("timed_out, expected", [("-0.5", -0.5), ("null", -1.0)])
+def test_a_verifier_that_gives_up_is_scored_by_reward_timed_out_and_counted(timed_out, expected):
+    # a fake verifier that returns Outcome.TIMEOUT itself on "slow" (its work budget ran out), as verifier and as a term;
+    # reward.timed_out=null falls back to reward.incorrect
+    fake = "user_rewards:fake_verifier_gives_up"
+    cfg = make_cfg("recipe=grpo", f"reward.fn={fake}", "reward.workers=0", "reward.incorrect=-1.0",
+                   f"reward.timed_out={timed_out}", f"+reward.terms=[{{fn: '{fake}', weight: 0.5}}]")  # fmt: skip
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
+    try:
+        batch = [completion(text, 2) for text in ("7", "slow", "8", "slow")]
+        rewards, correct, m, results = rewarder.score(batch, ["7"] * 4)
+    finally:
+        rewarder.close()
+    assert results == [Outcome.CORRECT, Outcome.TIMEOUT, Outcome.INCORRECT, Outcome.TIMEOUT]
+    torch.testing.assert_close(rewards, 1.5 * torch.tensor([1.0, expected, -1.0, expected]))  # verifier + 0.5 term
+    assert correct.tolist() == [1.0, 0.0, 0.0, 0.0] and not rewarder.is_correct(Outcome.TIMEOUT)
+    assert m["verifier/timeouts"] == 4 and m["verifier/errors"] == 0  # 2 of the verifier's, 2 of the term's
+    assert m["reward/timeout_frac"] == 0.5 and m["reward/no_answer_frac"] == 0.0
+
+
+def test_a_pool_timeout_is_a_timeout_counted_once():
+    # the pool kills the stuck call (reward.timeout_s) and returns Outcome.TIMEOUT: counted once, not as no answer
+    cfg = make_cfg("recipe=grpo", "reward.fn=user_rewards:hang_on_hang", "reward.workers=1", "reward.timeout_s=0.5",
+                   "reward.no_answer=-2.0", "reward.timed_out=-0.25")  # fmt: skip
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
+    try:
+        rewards, _, m, results = rewarder.score([completion("hang", 2), completion("7", 2)], ["hang", "7"])
+    finally:
+        rewarder.close()
+    assert results == [Outcome.TIMEOUT, Outcome.CORRECT] and rewards.tolist() == [-0.25, 1.0]
+    assert m["verifier/timeouts"] == 1 and m["reward/timeout_frac"] == 0.5 and m["reward/no_answer_frac"] == 0.0

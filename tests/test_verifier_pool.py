@@ -1,4 +1,4 @@
-"""rlvr.verifiers.pool: order, per-sample timeouts, errors, worker replacement, load_function."""
+"""rlvr.verifiers.pool: order, per-sample timeouts (Outcome.TIMEOUT), errors, worker replacement, load_function."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import user_rewards
 from rlvr.verifiers import Outcome
 from rlvr.verifiers.pool import PoolStats, VerifierPool, load_function
 
-C, W, N = Outcome.CORRECT, Outcome.INCORRECT, Outcome.NO_ANSWER
+C, W, N, T = Outcome.CORRECT, Outcome.INCORRECT, Outcome.NO_ANSWER, Outcome.TIMEOUT
 TIMEOUT_S = 1.0
 
 
@@ -30,12 +30,12 @@ def test_stuck_sample_times_out_and_the_pool_recovers() -> None:
         start = time.monotonic()
         results, stats = pool.score(pairs)
         elapsed = time.monotonic() - start
-        assert results == [C, W, N, C, C, W]
+        assert results == [C, W, T, C, C, W]  # the verifier gave up, not the model: a timeout, not "no answer"
         assert stats == PoolStats(timeouts=1, errors=0)
         assert TIMEOUT_S <= elapsed < TIMEOUT_S + 3.0
         # the stuck worker was killed and replaced: a second batch (with another hang) still works
         results, stats = pool.score([("hang", "hang")] + [("f", "f")] * 20)
-        assert results == [N] + [C] * 20
+        assert results == [T] + [C] * 20
         assert stats == PoolStats(timeouts=1, errors=0)
         assert pool.score([("g", "g")] * 20) == ([C] * 20, PoolStats())
 
@@ -44,8 +44,16 @@ def test_every_sample_timing_out_still_returns() -> None:
     with VerifierPool(user_rewards.hang_on_hang, workers=2, timeout_s=0.5) as pool:
         start = time.monotonic()
         results, stats = pool.score([("hang", "x")] * 3)
-        assert results == [N] * 3 and stats.timeouts == 3
+        assert results == [T] * 3 and stats.timeouts == 3
         assert time.monotonic() - start < 3 * 0.5 + 6.0  # replacements start while the others run
+
+
+def test_a_verifier_that_gives_up_by_itself_is_passed_on_not_counted() -> None:
+    # its own work budget ran out (rlvr.rewards counts TIMEOUT results); stats.timeouts is the pool's kills alone
+    pairs = [("a", "a"), ("slow", "slow"), ("c", "x")]
+    for workers in (0, 1):
+        with VerifierPool("user_rewards:fake_verifier_gives_up", workers=workers, timeout_s=TIMEOUT_S) as pool:
+            assert pool.score(pairs) == ([C, T, W], PoolStats())
 
 
 def test_raising_and_bad_values_count_as_errors() -> None:

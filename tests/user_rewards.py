@@ -51,3 +51,10 @@ def env_and_thread(completion: str, answer: str) -> float:
     """1.0 if the worker runs with OMP_NUM_THREADS=1 (and reports whether this is the main thread)."""
     ok = os.environ.get("OMP_NUM_THREADS") == "1"
     return float(ok) + (0.5 if threading.current_thread() is threading.main_thread() else 0.0)
+
+
+def fake_verifier_gives_up(completion: str, answer: str) -> Outcome:
+    """A fake verifier whose work budget runs out on "slow": it returns Outcome.TIMEOUT itself, with no pool timeout."""
+    if completion == "slow":
+        return Outcome.TIMEOUT
+    return exact(completion, answer)

@@ -12,3 +12,4 @@ class Outcome(enum.Enum):
     CORRECT = "correct"
     INCORRECT = "incorrect"
     NO_ANSWER = "no_answer"  # nothing parseable (also what a failed verifier call counts as)
+    TIMEOUT = "timeout"  # the verifier gave up: its work budget or the pool's reward.timeout_s ran out (not the model's fault)

@@ -21,3 +21,8 @@ def verify(completion: str, answer: str) -> Outcome:
     if text is None:
         return Outcome.NO_ANSWER
     return Outcome.CORRECT if int(text) == int(answer) else Outcome.INCORRECT
+
+
+def check_gold(answer: str) -> Outcome:
+    """The verdict on a perfect completion for this gold (rlvr.gold): the gold itself as the completion."""
+    return verify(answer, answer)

@@ -127,6 +127,16 @@ def score_expression(expression: str, target: int, numbers: list[int]) -> bool:
     return value == target
 
 
+def check_gold(answer: str) -> Outcome:
+    """The verdict on a perfect completion for this gold (rlvr.gold). A countdown gold is the puzzle, not a solution,
+    so there is none to write: CORRECT when the verifier can read it (target and numbers), NO_ANSWER when not."""
+    try:
+        parse_answer(answer)
+    except ValueError:
+        return Outcome.NO_ANSWER
+    return Outcome.CORRECT
+
+
 def verify(completion: str, answer: str) -> Outcome:
     """NO_ANSWER if no expression is found, else CORRECT / INCORRECT (see the module docstring)."""
     target, numbers = parse_answer(answer)

@@ -4,6 +4,8 @@
     verify(completion, answer) -> Outcome   CORRECT only at a full score of 1.0: reasoning-gym gives wrong
                                             answers small non-zero scores (0.01, 0.05, len(gold)/len(answer))
     score(completion, answer)  -> float     the dataset's score itself, 0.0 without an answer (reward.partial)
+    check_gold(answer)         -> Outcome   the verdict on the entry's own answer in <answer> tags (rlvr.gold);
+                                            None when the entry stores no answer
 
 `answer` is the Example's JSON record (see `encode`): {"dataset", "options", "entry"}. The dataset object
 whose `score_answer` is called is built once per (name, options) in each worker process, with size=1
@@ -73,6 +75,19 @@ def score(completion: str, answer: str, *, extract: Iterable[str] = DEFAULT_EXTR
     """The dataset's own score in [0, 1] for the completion's answer; 0.0 without one."""
     got = extract_answer(completion, extractors=extract)
     return 0.0 if got is None else _score(got, answer)
+
+
+def check_gold(answer: str) -> Outcome | None:
+    """The verdict on a perfect completion for this gold (rlvr.gold): the entry's own answer, as a person reads it
+    (`shown`), in <answer> tags through `verify`, so the dataset's scorer must give it 1.0. NO_ANSWER when the
+    record cannot be read; None when its entry stores no answer (boxnet, rush_hour, ...: their scorers check a
+    solution, and there is no gold to check)."""
+    try:
+        gold = decode(answer)[2].get("answer")
+        text = None if gold is None else shown(gold)
+    except (ValueError, TypeError):
+        return Outcome.NO_ANSWER
+    return None if text is None else verify(f"<answer>{text}</answer>", answer)
 
 
 def _score(got: str, answer: str) -> float:

@@ -1,24 +1,37 @@
 """Verifier for free-form math answers (MATH, GSM8K, DAPO-Math style).
 
-`verify(completion, answer, extract=...)` extracts the final answer of a completion with the named
-extractors, tried in order (the first that finds something wins; `DEFAULT_EXTRACT` reads a
-`\\boxed{...}`, then an "Answer: ..." line, then "The final answer is ..." phrasings, then "#### ..."),
-and compares it with the ground truth using `math_verify` (fractions, decimals, LaTeX, expressions,
-sets, intervals, units), with a strict normalized-string fallback when `math_verify` cannot parse
-either side or the answer is refused (below).
+`verify(completion, answer, extract=...)` reads the final answer of a completion with the named extractors
+(`DEFAULT_EXTRACT`: a `\\boxed{...}`, an "Answer: ..." line, "The final answer is ..." phrasings, "#### ..."; which
+one wins is in `extract_answer`) and compares it with the ground truth using `math_verify` (fractions, decimals,
+LaTeX, expressions, sets, intervals, units), with a strict normalized-string fallback when `math_verify` cannot parse
+either side or the answer is refused (below). An answer must be marked: a completion that merely ends in a number
+has NO_ANSWER by default (the opt-in `last_number` extractor is the lenient rule).
+
+Several answers: boxes that only separators part (`\\boxed{1}, \\boxed{2}`, `$\\boxed{1}$ and $\\boxed{2}$`) are one
+answer, "1, 2"; and when the gold lists n answers and the completion boxed them apart (one box each, with reasoning
+between), its last n boxes are read together.
 
 Conventions where answers are ambiguous (documented so the reward is predictable):
 - Percent signs are dropped before comparing: `50\\%` equals `50`, not `0.5` (the MATH convention).
 - Trailing units are dropped: `5 cm`, `5\\text{ cm}` and `5` are equal.
-- Thousands separators (`1,000`, `1{,}000`, `1\\,000`, `1 000`) are dropped when the whole answer
-  is one number; `1,2` elsewhere stays a list.
+- Thousands separators (`1,000`, `1{,}000`, `1\\,000`, `1\\!,\\!000`, `11,\\! 111`, `1 000`) are dropped when the
+  whole answer is one number; `1,2` elsewhere stays a list.
 - Scientific notation `1.2e3` is read as the number 1200.
 
-Bounds on untrusted text: every call returns within about `DEADLINE_S` plus milliseconds, on any
-input, in the calling process and from any thread (math_verify's SIGALRM timeouts are off: they fail
-off the main thread). Only the last `SCAN_CHARS` characters of a completion are scanned, with
-linear-time patterns. Plain numbers compare exactly without sympy. Before sympy sees an answer
-(either side), it is refused -- compared as a normalized string only -- when:
+Verdicts depend only on (completion, gold, library versions), never on time or load: CORRECT, INCORRECT,
+NO_ANSWER, or TIMEOUT when math_verify did not finish within its work budget, `WORK_CALLS` Python function calls
+for both parses and the comparison (counted by `sys.settrace` in the calling thread, so it also holds off the main
+thread, where math_verify's SIGALRM timeouts fail; those are off). A parse is cached with its count, and a pair that
+reuses it pays that count again, so a pair's total is what it costs from scratch. Counts still depend a little on
+what the process did before (the parser's tables and sympy's caches warm up), so the budget sits far above what the
+tests' corpus needs (its heaviest pair makes under a third of it in a fresh process) and far below what slow inputs
+make: a verdict near the limit is the only one that could differ between processes. The one-off start-up work
+(imports, parsing tables) is done by `warm_up`, uncounted, when a verifier worker starts. The worker pool's
+wall-clock `reward.timeout_s` stays the hard bound for C code, which a count cannot stop; it also reads TIMEOUT.
+
+Bounds on untrusted text: only the last `SCAN_CHARS` characters of a completion are scanned, with linear-time
+patterns. Plain numbers compare exactly without sympy. Before sympy sees an answer (either side), it is refused --
+compared as a normalized string only -- when:
 - it is longer than `MAX_ANSWER_CHARS`, or nests brackets/arguments deeper than `MAX_NESTING`;
 - an upper estimate of the numbers it could evaluate to exceeds `MAX_DIGITS` digits (what sympy
   would compute in one uninterruptible big-integer operation). The estimate reads the LaTeX: a number
@@ -32,13 +45,10 @@ linear-time patterns. Plain numbers compare exactly without sympy. Before sympy 
   tower such as `x^{y^{z}}` is (letters count as 10);
 - it uses what the parser evaluates eagerly, out of reach of the estimate: `\\operatorname{...}`
   (matrix constructors such as `zeros(n, n)`) and substitution bars `f|_{x=a}`.
-What sympy still does slowly (simplifying, solving, parsing a long answer with its Python ANTLR
-parser) is Python code: a wall-clock deadline stops it. `sys.settrace` in the calling thread raises
-once `DEADLINE_S` has passed (at the next Python call that is not in an import, a context manager's
-exit, a finalizer or a generator), and the pair counts as not equivalent (and is not cached). The
-tracer slows the sympy path about 2.5x; plain-number and string comparisons do not use it. A raise
-swallowed by a bare `except:` (a few in mpmath's conversions) would let that call run on: the
-worker pool's timeout (`rlvr.verifiers.pool`) stays the outer bound.
+What sympy still does slowly (simplifying, solving, parsing a long answer with its Python ANTLR parser) is Python
+code: the work budget stops it (at the next Python call that is not in an import, a context manager's exit, a
+finalizer or a generator). The tracer slows the sympy path about 2.5x; plain-number and string comparisons do not use
+it. A raise swallowed by a bare `except:` (a few in mpmath's conversions) lets that call run on to the pool's timeout.
 """
 
 from __future__ import annotations
@@ -49,10 +59,10 @@ import logging
 import math
 import re
 import sys
-import time
 from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from typing import NamedTuple
 
 from math_verify import parse as _mv_parse
 from math_verify import verify as _mv_verify
@@ -63,7 +73,7 @@ SCAN_CHARS = 20_000  # only the tail of a completion is searched for its answer
 MAX_ANSWER_CHARS = 500  # longer extracted answers skip math_verify (string comparison only)
 MAX_NESTING = 20  # deeper bracket / argument nesting skips math_verify
 MAX_DIGITS = 10_000  # answers that could evaluate to a number with more digits skip math_verify
-DEADLINE_S = 0.5  # wall-clock budget of math_verify's parse + compare for one pair
+WORK_CALLS = 1_000_000  # Python calls math_verify may make for one pair: both parses and the comparison
 EXTRACTORS = ("boxed", "answer_line", "final_answer_phrase", "hashes", "answer_tag", "last_number")
 # last_number and answer_tag are opt-in: a lenient last number would reward any text ending in it
 DEFAULT_EXTRACT = ("boxed", "answer_line", "final_answer_phrase", "hashes")
@@ -71,9 +81,14 @@ DEFAULT_EXTRACT = ("boxed", "answer_line", "final_answer_phrase", "hashes")
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _BRACE_TOKENS = re.compile(r"\\boxed|\\fbox|\\[{}]|[{}]")  # one token per match: no backtracking
 _ANSWER_LINE = re.compile(r"answer[ \t*]*[:\uff1a][ \t]*([^\n]*)", re.IGNORECASE)
+_FINAL_BEFORE = re.compile(r"final[ \t*_]*$", re.IGNORECASE)  # "Final Answer:" (searched just before "Answer")
 _HASHES_LINE = re.compile(r"####[ \t]*([^\n]*)")
-# "the final answer is", "The answer is:", "Final answer:" -- each run is bounded by a literal after it
-_ANSWER_PHRASE = re.compile(r"\banswer(?:[ \t]+is\b|[ \t*]*[:\uff1a])[ \t*]*[:\uff1a]?", re.IGNORECASE)
+# "the final answer is", "the final answer to part (a) is", "The answer is:", "Final answer:"; bounded runs only
+_ANSWER_PHRASE = re.compile(
+    r"\b(?:(?P<final>final)[ \t]+answer\b[^\n.:\uff1a$\\]{0,100}?[ \t]is\b|answer[ \t]+is\b"
+    r"|(?:(?P<final2>final)[ \t*]+)?answer[ \t*]*[:\uff1a])[ \t*]*[:\uff1a]?",
+    re.IGNORECASE,
+)
 _SENTENCE_END = re.compile(r"(?<!\.)\.(?=\s)")  # "16. I hope" ends at "16"; "3.5" and "..." do not end
 _LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")  # "9-3" ends in 3, "x = -3" in -3
 _NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"  # unambiguous: no backtracking over a digit run
@@ -86,70 +101,122 @@ _TEXT_WRAP = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{([^{}]{0,100})\}")
 _TRAILING_TEXT = re.compile(r"(?<=\S)\s*\\(?:text|mbox|mathrm)\{[^{}]{0,100}\}$")
 _TRAILING_WORDS = re.compile(rf"({_NUM}) [A-Za-z]{{2,20}}(?: [A-Za-z]{{1,20}}){{0,3}}")  # "42 apples"
 _SPACES = re.compile(r"\s+")
+_NEGATIVE_SPACE = re.compile(r"\\!\s*")
 
 
 # --- extraction ---------------------------------------------------------------------------------
 
+# between two boxes that are one answer: spaces, commas, "and"/"or", math delimiters, LaTeX spacing
+_BOX_SEPARATOR = re.compile(r"(?:[\s,;&$]|\\[,;:! ]|\\q?quad|\\[()\[\]]|\\(?:text|mathrm)\{[\s,;]*(?:and|or)?[\s,;]*\}"
+                            r"|\band\b|\bor\b)*")
+MAX_BOX_GAP = 40  # characters between two boxes read as one answer
+EXPLICIT, PLAIN, FALLBACK = 2, 1, 0  # how firmly a marker says "this is the final answer"
 
-def _boxed(text: str) -> str | None:
-    """Content of the last complete `\\boxed{...}` / `\\fbox{...}`: one linear scan with a brace stack."""
-    stack: list[int | None] = []  # per open brace: content start if it opens a box, else None
-    pending_box = -1  # end of the last box command; its next `{` opens a box
-    best: tuple[int, int] | None = None  # (start, end) of the box that closed last
+
+class _Found(NamedTuple):
+    tier: int  # EXPLICIT, PLAIN or FALLBACK
+    at: int  # where its marker starts in the scanned window
+    text: str
+
+
+def _boxes(text: str) -> list[tuple[int, str, int]]:
+    """(command start, stripped content, end) of every complete `\\boxed{...}` / `\\fbox{...}` not inside another
+    complete one, in order: one linear scan with a brace stack (an unclosed box is skipped; a box inside it counts)."""
+    stack: list[tuple[int, int] | None] = []  # per open brace: (command start, content start) if it opens a box
+    pending: tuple[int, int] | None = None  # (start, end) of the last box command; its next `{` opens a box
+    done: list[tuple[int, int, int]] = []  # (command start, content start, content end), outermost so far
     for m in _BRACE_TOKENS.finditer(text):
         tok = m.group()
         if tok in _BOX_COMMANDS:
-            pending_box = m.end()
+            pending = (m.start(), m.end())
         elif tok == "{":
-            opens_box = pending_box >= 0 and not text[pending_box : m.start()].strip()
-            stack.append(m.end() if opens_box else None)
-            pending_box = -1
+            opens_box = pending is not None and not text[pending[1] : m.start()].strip()
+            stack.append((pending[0], m.end()) if opens_box and pending is not None else None)
+            pending = None
         elif tok == "}":
-            start = stack.pop() if stack else None
-            if start is not None:
-                best = (start, m.start())
+            box = stack.pop() if stack else None
+            if box is not None:
+                while done and done[-1][0] >= box[1]:  # boxes inside this one
+                    done.pop()
+                done.append((box[0], box[1], m.start()))
         # escaped braces `\{` `\}` are literal characters and match nothing
-    return text[best[0] : best[1]].strip() if best else None
+    return [(at, text[start:end].strip(), end + 1) for at, start, end in done]
 
 
-def _last_line(pattern: re.Pattern[str], text: str) -> str | None:
-    found = None
-    for m in pattern.finditer(text):
-        found = m.group(1)
-    found = found.strip().strip("*").strip() if found is not None else None
-    return found or None
-
-
-def _phrase(text: str) -> str | None:
-    """After the last "answer is" / "answer:", to the end of its sentence or line, unwrapped."""
-    end = None
-    for m in _ANSWER_PHRASE.finditer(text):
-        end = m.end()
-    if end is None:
+def _box_group(text: str) -> _Found | None:
+    """The last box, with the boxes just before it that only separators part (`\\boxed{1}, \\boxed{2}`, `$\\boxed{1}$
+    and $\\boxed{2}$`): one answer, their contents joined by ", " (a repeated content counts once)."""
+    boxes = _boxes(text)
+    if not boxes:
         return None
-    line_end = text.find("\n", end)
-    found = _SENTENCE_END.split(text[end : line_end if line_end >= 0 else len(text)], maxsplit=1)[0]
-    for _ in range(3):  # "**$\frac{1}{2}$**." -> \frac{1}{2}
+    first = len(boxes) - 1
+    while first > 0:
+        gap = text[boxes[first - 1][2] : boxes[first][0]]
+        if len(gap) > MAX_BOX_GAP or not _BOX_SEPARATOR.fullmatch(gap):
+            break
+        first -= 1
+    contents = list(dict.fromkeys(content for _, content, _ in boxes[first:] if content))
+    return _Found(EXPLICIT, boxes[-1][0], ", ".join(contents)) if contents else None
+
+
+def _tidy(found: str) -> str:
+    """An answer stated in prose, cut at the end of its sentence and unwrapped: "**$\\frac{1}{2}$**." -> \\frac{1}{2}."""
+    found = _SENTENCE_END.split(found, maxsplit=1)[0]
+    for _ in range(3):
         found = found.strip().rstrip(".").strip().strip("*$").strip()
         for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
             if found.startswith(left) and found.endswith(right):
                 found = found[len(left) : -len(right)]
-    return found or None
+    return found
 
 
-def _answer_tag(text: str) -> str | None:
+def _phrases(text: str) -> list[_Found]:
+    """The last explicit ("the final answer is", "Final answer:") and the last plain ("the answer is", "answer:")
+    statement, each to the end of its sentence or line."""
+    last: dict[int, _Found] = {}
+    for m in _ANSWER_PHRASE.finditer(text):
+        line_end = text.find("\n", m.end())
+        found = _tidy(text[m.end() : line_end if line_end >= 0 else len(text)])
+        if found:
+            tier = EXPLICIT if m.group("final") or m.group("final2") else PLAIN
+            last[tier] = _Found(tier, m.start(), found)
+    return list(last.values())
+
+
+def _answer_lines(text: str) -> list[_Found]:
+    """The last "Final Answer: ..." (explicit) and "Answer: ..." (plain) line; a line that itself states the final
+    answer in a sentence ("Final Answer: The final answer is $x$. I hope it is correct.") gives that answer."""
+    last: dict[int, _Found] = {}
+    for m in _ANSWER_LINE.finditer(text):
+        line = m.group(1)
+        found = _phrases(line)
+        value = found[-1].text if found else _tidy(line)
+        if value:
+            tier = EXPLICIT if _FINAL_BEFORE.search(text, max(0, m.start() - 12), m.start()) else PLAIN
+            last[tier] = _Found(tier, m.start(), value)
+    return list(last.values())
+
+
+def _last_match(pattern: re.Pattern[str], text: str, tier: int) -> list[_Found]:
+    found = None
+    for m in pattern.finditer(text):
+        found = m
+    value = found.group(1).strip().strip("*").strip() if found else ""
+    return [_Found(tier, found.start(), value)] if found and value else []
+
+
+def _answer_tag(text: str) -> list[_Found]:
     close = text.rfind("</answer>")
     start = text.rfind("<answer>", 0, close) if close >= 0 else -1
-    if start < 0:
-        return None
-    return text[start + len("<answer>") : close].strip() or None
+    value = text[start + len("<answer>") : close].strip() if start >= 0 else ""
+    return [_Found(EXPLICIT, start, value)] if value else []
 
 
-def _last_number(text: str) -> str | None:
+def _last_number(text: str) -> list[_Found]:
     found = None
     for m in _LAST_NUMBER.finditer(text):
-        found = m.group()
-    return found
+        found = m
+    return [_Found(FALLBACK, found.start(), found.group())] if found else []
 
 
 def _checked(extractors: Iterable[str]) -> tuple[str, ...]:
@@ -161,39 +228,61 @@ def _checked(extractors: Iterable[str]) -> tuple[str, ...]:
     return names
 
 
-def extract_answer(text: str, *, extractors: Iterable[str] = DEFAULT_EXTRACT) -> str | None:
-    """The final answer of a completion: the first of `extractors` (in order) that finds one; None if none does.
+def _find(name: str, window: str) -> list[_Found]:
+    """What one extractor finds in the window (the one dispatch on extractor names)."""
+    if name == "boxed":
+        group = _box_group(window)
+        return [group] if group else []
+    if name == "answer_line":
+        return _answer_lines(window)
+    if name == "final_answer_phrase":
+        return _phrases(window)
+    if name == "hashes":
+        return _last_match(_HASHES_LINE, window, EXPLICIT)
+    if name == "answer_tag":
+        return _answer_tag(window)
+    return _last_number(window)
 
-    "boxed": the last complete `\\boxed{...}` or `\\fbox{...}` (an unclosed one is skipped);
-    "answer_line": the rest of the last line containing "Answer:" (any case);
-    "final_answer_phrase": after the last "answer is" / "answer:" ("The final answer is 16."), to the end
+
+def _extract(text: str, extractors: Iterable[str]) -> tuple[str, str] | None:
+    """(the winning extractor's name, the answer it read), or None: the rule in `extract_answer`."""
+    window = text[-SCAN_CHARS:]
+    best: tuple[tuple[int, int, int], str, str] | None = None  # ((tier, position, -order), name, answer)
+    for order, name in enumerate(_checked(extractors)):
+        for found in _find(name, window):
+            value = found.text
+            for _ in range(3):  # `\boxed{\boxed{9}}` -> 9; a few levels, not an unbounded loop
+                if value.startswith(_BOX_COMMANDS) and value.endswith("}"):
+                    inner = _box_group(value)
+                    value = inner.text if inner else value
+            key = (found.tier, found.at, -order)
+            if value and (best is None or key > best[0]):
+                best = (key, name, value)
+    return None if best is None else (best[1], best[2])
+
+
+def extract_answer(text: str, *, extractors: Iterable[str] = DEFAULT_EXTRACT) -> str | None:
+    """The final answer of a completion, as `extractors` find it; None if none of them finds one.
+
+    Each extractor finds the last statement of its kind:
+    "boxed": the last complete `\\boxed{...}` or `\\fbox{...}` (an unclosed one is skipped), with the boxes just
+      before it that only separators part ("\\boxed{1}, \\boxed{2} and \\boxed{3}" reads "1, 2, 3");
+    "answer_line": the rest of the last line containing "Answer:" (any case); a line that states the answer in a
+      sentence gives that answer ("Final Answer: The final answer is $x$. I hope it is correct." reads x);
+    "final_answer_phrase": after the last "answer is" / "answer:" / "the final answer (to ...) is", to the end
       of that sentence or line, without a trailing period, `$`, `**`;
     "hashes": the rest of the last "####" line (GSM8K);
     "answer_tag": the content of the last `<answer>...</answer>`;
     "last_number": the last number in the text (a lenient fallback).
-    A found `\\boxed{x}` is unwrapped to x. Only the last `SCAN_CHARS` characters of `text` are searched.
-    ValueError for an unknown name.
+    Which one wins: a box, "####", `<answer>` and a statement of the *final* answer ("Final Answer:", "the final
+    answer is") are explicit; "Answer:" and "the answer is" alone are plain. The explicit statement that comes last
+    in the text wins; without one, the plain statement that comes last; `last_number` only when nothing else is
+    found. At the same place the extractor listed first wins. So a box followed by "Final Answer: 6" reads 6, while
+    a box followed by "this answer is right" reads the box. A found `\\boxed{x}` is unwrapped to x. Only the last
+    `SCAN_CHARS` characters of `text` are searched. ValueError for an unknown name.
     """
-    window = text[-SCAN_CHARS:]
-    for name in _checked(extractors):  # the one dispatch on extractor names
-        if name == "boxed":
-            found = _boxed(window)
-        elif name == "answer_line":
-            found = _last_line(_ANSWER_LINE, window)
-        elif name == "final_answer_phrase":
-            found = _phrase(window)
-        elif name == "hashes":
-            found = _last_line(_HASHES_LINE, window)
-        elif name == "answer_tag":
-            found = _answer_tag(window)
-        else:
-            found = _last_number(window)
-        for _ in range(3):  # `\boxed{\boxed{9}}` -> 9; a few levels, not an unbounded loop
-            if found and found.startswith(_BOX_COMMANDS) and found.endswith("}"):
-                found = _boxed(found) or found
-        if found:
-            return found
-    return None
+    found = _extract(text, extractors)
+    return None if found is None else found[1]
 
 
 def normalize(answer: str) -> str:
@@ -203,7 +292,8 @@ def normalize(answer: str) -> str:
         return s  # too long to be a real answer: compared verbatim, no regex work on it
     s = s.replace("\\$", "").replace("$", "").replace("\\left", "").replace("\\right", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\displaystyle", "")
-    s = s.replace("\\%", "").replace("%", "").replace("\\!", "")
+    s = s.replace("\\%", "").replace("%", "")
+    s = _NEGATIVE_SPACE.sub("", s)  # `11,\! 111` -> 11,111 (LaTeX's thousands spacing)
     s = _TRAILING_TEXT.sub("", s)  # "5\text{ cm}" -> "5"
     s = _TEXT_WRAP.sub(r"\1", s).strip()  # "\text{Monday}" -> "Monday"
     s = _SPACES.sub(" ", s).strip().rstrip(".").strip()
@@ -367,9 +457,9 @@ def _refused(answer: str) -> bool:
     return False
 
 
-class _OutOfTime(BaseException):
-    """Raised by the deadline tracer; a BaseException so that math_verify's and sympy's
-    `except Exception` blocks cannot swallow it."""
+class _OverBudget(BaseException):
+    """Raised by the work-budget tracer; a BaseException so that math_verify's and sympy's `except Exception` blocks
+    cannot swallow it."""
 
 
 _UNRAISABLE_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -377,14 +467,13 @@ _CLEANUP = frozenset({"__exit__", "__aexit__", "__del__"})
 
 
 def _interruptible(frame) -> bool:
-    """Whether an exception raised as `frame` starts reaches `_within_deadline` and leaves nothing
-    half-done. Not: inside an import (sympy imports lazily; a module would stay half-initialized), in a
-    context manager's exit or a finalizer (the cleanup would be skipped), as a generator resumes (the
-    garbage collector closes generators: the exception would be printed and dropped), or in a weakref
-    callback. The deadline then waits for the next call."""
+    """Whether an exception raised as `frame` starts reaches `_counted` and leaves nothing half-done. Not: inside an
+    import (sympy imports lazily; a module would stay half-initialized), in a context manager's exit or a finalizer
+    (the cleanup would be skipped), as a generator resumes (the garbage collector closes generators: the exception
+    would be printed and dropped), or in a weakref callback. The budget then waits for the next call."""
     if frame.f_code.co_flags & _UNRAISABLE_FLAGS:
         return False
-    while frame is not None and frame.f_code is not _within_deadline.__code__:
+    while frame is not None and frame.f_code is not _counted.__code__:
         code = frame.f_code
         if code.co_name in _CLEANUP or code.co_filename.startswith("<frozen importlib"):
             return False
@@ -394,19 +483,22 @@ def _interruptible(frame) -> bool:
     return True
 
 
-def _within_deadline(fn, *args):
-    """fn(*args), stopped with _OutOfTime once DEADLINE_S has passed (Python code only: C calls finish first)."""
-    end = time.monotonic() + DEADLINE_S
+def _counted(budget: int, fn, *args) -> tuple[object, int]:
+    """(fn(*args), the Python calls it made); _OverBudget once it makes more than `budget` calls (counted at every
+    Python function call in this thread; C calls finish first)."""
+    calls = 0
     previous = sys.gettrace()  # a debugger's or coverage's tracer keeps working underneath
 
-    def tracer(frame, event, arg):  # called at every Python function call in this thread
-        if time.monotonic() > end and _interruptible(frame):
-            raise _OutOfTime  # CPython then removes the tracer; the finally below restores the previous one
+    def tracer(frame, event, arg):
+        nonlocal calls
+        calls += 1
+        if calls > budget and _interruptible(frame):
+            raise _OverBudget  # CPython then removes the tracer; the finally below restores the previous one
         return previous(frame, event, arg) if previous is not None else None
 
     sys.settrace(tracer)
     try:
-        return fn(*args)
+        return fn(*args), calls
     finally:
         sys.settrace(previous)
 
@@ -423,84 +515,136 @@ def _as_fraction(s: str) -> Fraction | None:
     return None
 
 
-def _parse_uncached(answer: str) -> list:
-    """math_verify's parse of one answer (normalized), SIGALRM timeout disabled."""
-    return _mv_parse(f"${answer}$", parsing_timeout=None)  # type: ignore[arg-type]
+def _parse_uncached(answer: str) -> tuple[list | None, int]:
+    """(math_verify's parse of one normalized answer, the calls it took), or (None, calls) past WORK_CALLS."""
+    try:
+        return _counted(WORK_CALLS, functools.partial(_mv_parse, parsing_timeout=None), f"${answer}$")  # type: ignore
+    except _OverBudget:
+        return None, WORK_CALLS + 1
 
 
 # The caches wrap plain functions (rather than decorating them) so that `make mutation` can mutate their bodies:
-# mutmut leaves decorated functions alone.
+# mutmut leaves decorated functions alone. A cached parse keeps its cost, which every pair that uses it pays again.
 _parse = functools.lru_cache(maxsize=8192)(_parse_uncached)
 
 
-def _sympy_equivalent(pred: str, gold: str) -> bool:
-    gold_parsed, pred_parsed = _parse(gold), _parse(pred)
+def _sympy_equivalent(pred: str, gold: str) -> Outcome:
+    """math_verify's verdict on two normalized answers, within WORK_CALLS calls for both parses and the comparison."""
+    (gold_parsed, gold_calls), (pred_parsed, pred_calls) = _parse(gold), _parse(pred)
+    left = WORK_CALLS - gold_calls - pred_calls
+    if gold_parsed is None or pred_parsed is None or left <= 0:
+        return Outcome.TIMEOUT
     if all(isinstance(x, str) for x in gold_parsed) or all(isinstance(x, str) for x in pred_parsed):
-        return False  # math_verify could not parse a side: the strict comparison was the answer
-    return bool(_mv_verify(gold_parsed, pred_parsed, timeout_seconds=None))
+        return Outcome.INCORRECT  # math_verify could not parse a side: the strict comparison was the answer
+    try:
+        same, _ = _counted(left, functools.partial(_mv_verify, timeout_seconds=None), gold_parsed, pred_parsed)
+    except _OverBudget:
+        return Outcome.TIMEOUT
+    return Outcome.CORRECT if same else Outcome.INCORRECT
 
 
-@functools.cache
 def _warm_up() -> None:
-    """sympy imports parts of itself on first use; pay that once per process, outside the deadline."""
-    for pred, gold in (
-        ("(x+1)^2", "x^2+2x+1"),
-        ("\\sin^2 x+\\cos^2 x", "1"),
-        ("x=3", "3"),
-        ("[1,2)", "\\{1,2\\}"),
-        ("\\frac{\\sqrt{3}}{2}", "0.866"),
-        ("e^{-x^{2}}", "2\\pi"),
-        ("\\log_2 8", "\\binom{5}{2}"),
-    ):
-        _sympy_equivalent(pred, gold)
+    """sympy, the LaTeX parser and math_verify import parts of themselves and build their parsing tables on first use
+    (~1 s): pay that once per process, uncounted, before any pair is counted. Verifier workers call it as they start."""
+    for pred, gold in _WARM_UP_PAIRS:
+        _mv_verify(_mv_parse(f"${gold}$", parsing_timeout=None), _mv_parse(f"${pred}$", parsing_timeout=None),
+                   timeout_seconds=None)  # fmt: skip
 
 
-def _equivalent_uncached(pred: str, gold: str) -> bool:
-    """Whether two normalized answers are equal; raises _OutOfTime if math_verify runs past the deadline."""
+_WARM_UP_PAIRS = (
+    ("(x+1)^2", "x^2+2x+1"),
+    ("\\sin^2 x+\\cos^2 x", "1"),
+    ("x=3", "3"),
+    ("[1,2)", "\\{1,2\\}"),
+    ("(-\\infty, 3) \\cup (5, \\infty)", "(5, \\infty)"),
+    ("\\frac{\\sqrt{3}}{2}", "0.866"),
+    ("e^{-x^{2}}", "2\\pi"),
+    ("\\log_2 8", "\\binom{5}{2}"),
+    ("1, 2", "\\{2, 1\\}"),
+    ("2:3", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"),
+    ("10^\\circ", "x \\le 3"),
+    ("3+4i", "\\frac{\\pi}{4}"),
+)
+_warmed = functools.cache(_warm_up)
+warm_up = _warmed  # what a verifier worker calls as it starts (rlvr.verifiers.pool)
+
+
+def _equivalent_uncached(pred: str, gold: str) -> Outcome:
+    """CORRECT if two normalized answers are equal, INCORRECT if not, TIMEOUT if math_verify ran past WORK_CALLS."""
     if not pred or not gold:
-        return False
+        return Outcome.INCORRECT
     if pred.replace(" ", "") == gold.replace(" ", ""):
-        return True  # strict: normalized string equality
+        return Outcome.CORRECT  # strict: normalized string equality
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
-        return False
+        return Outcome.INCORRECT
     pf, gf = _as_fraction(pred), _as_fraction(gold)
     if pf is not None and gf is not None:  # both plain numbers or fractions: exact, no sympy
         if pf == gf or "." not in pred + gold:
-            return pf == gf  # (decimals that differ still go to math_verify, which rounds)
+            return Outcome.CORRECT if pf == gf else Outcome.INCORRECT  # (decimals that differ go to math_verify)
     if _refused(pred) or _refused(gold):
-        return False  # the strict comparison above was the answer
-    _warm_up()
-    return _within_deadline(_sympy_equivalent, pred, gold)
+        return Outcome.INCORRECT  # the strict comparison above was the answer
+    _warmed()
+    return _sympy_equivalent(pred, gold)
 
 
-_equivalent_normalized = functools.lru_cache(maxsize=8192)(_equivalent_uncached)  # _OutOfTime is not cached
+_equivalent_normalized = functools.lru_cache(maxsize=8192)(_equivalent_uncached)  # a verdict, TIMEOUT too, is final
 
 
-def _judge(completion: str, answer: str, extract: Iterable[str]) -> bool | None:
-    """None if no answer can be extracted, else whether it equals `answer`."""
-    extracted = extract_answer(completion, extractors=extract)
-    if extracted is None:
-        return None
-    try:
-        return _equivalent_normalized(normalize(extracted), normalize(answer))
-    except _OutOfTime:
-        return False
+def _items(answer: str) -> int:
+    """How many answers a normalized answer lists: its top-level commas + 1 (inside `\\{...\\}` if it is one set)."""
+    if answer.startswith("\\{") and answer.endswith("\\}"):
+        answer = answer[2:-2]
+    depth, items = 0, 1
+    for token in _TOKEN.findall(answer):
+        if token in _OPEN:
+            depth += 1
+        elif token in _CLOSE:
+            depth -= 1
+        elif token == "," and depth == 0:
+            items += 1
+    return items
+
+
+def _judge(completion: str, answer: str, extract: Iterable[str]) -> Outcome:
+    """The Outcome of one completion against its ground truth (the module docstring)."""
+    found = _extract(completion, extract)
+    if found is None:
+        return Outcome.NO_ANSWER
+    name, extracted = found
+    gold = normalize(answer)
+    outcome = _equivalent_normalized(normalize(extracted), gold)
+    n = _items(gold)
+    if outcome is Outcome.INCORRECT and name == "boxed" and n > 1 and _items(normalize(extracted)) < n:
+        # the gold lists n answers and the completion boxed them one by one, apart: its last n boxes are the answer
+        boxes = [content for _, content, _ in _boxes(completion[-SCAN_CHARS:])][-n:]
+        if len(boxes) == n and all(_items(normalize(box)) == 1 for box in boxes):
+            outcome = _equivalent_normalized(normalize(", ".join(boxes)), gold)
+    return outcome
 
 
 def is_equivalent(completion: str, answer: str, *, extract: Iterable[str] = DEFAULT_EXTRACT) -> bool:
     """True if the final answer extracted from `completion` equals the ground truth `answer`."""
-    return _judge(completion, answer, extract) is True
+    return _judge(completion, answer, extract) is Outcome.CORRECT
 
 
 def verify(completion: str, answer: str, *, extract: Iterable[str] = DEFAULT_EXTRACT) -> Outcome:
-    """NO_ANSWER if no final answer can be extracted, else CORRECT / INCORRECT.
+    """NO_ANSWER if no final answer can be extracted, TIMEOUT if the comparison ran out of its work budget, else
+    CORRECT / INCORRECT.
 
     Pass other extractors with `functools.partial(verify, extract=(...))` (picklable for worker pools).
     """
-    same = _judge(completion, answer, extract)
-    if same is None:
+    return _judge(completion, answer, extract)
+
+
+def check_gold(answer: str) -> Outcome:
+    """The verdict on a perfect completion for this gold answer: `The final answer is $\\boxed{answer}$.`. NO_ANSWER
+    when the gold is not an answer at all: empty, several lines, longer than MAX_ANSWER_CHARS, or a solution that
+    still holds its own `\\boxed{}` or `####` (data.answer_extract reduces a solution to its answer)."""
+    text = answer.strip()
+    solution = "####" in text or any(command in text for command in _BOX_COMMANDS)
+    if not text or "\n" in text or len(text) > MAX_ANSWER_CHARS or solution:
         return Outcome.NO_ANSWER
-    return Outcome.CORRECT if same else Outcome.INCORRECT
+    return verify(f"The final answer is $\\boxed{{{text}}}$.", answer)
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):

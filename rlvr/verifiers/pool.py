@@ -7,16 +7,19 @@
 float score). Workers are started once ("spawn": fork is unsafe beside torch / vLLM threads) and
 reused across batches. Work goes out in chunks; a worker reports each result as it finishes, so the
 parent knows when each sample started and kills a worker whose current sample runs past
-`timeout_s`: that sample gets `Outcome.NO_ANSWER` (counted in `stats.timeouts`), the rest of its
-chunk is re-queued, and a fresh worker replaces it. A call that raises, returns something other than
-an Outcome or a finite number, or kills its worker gets NO_ANSWER (counted in `stats.errors`).
+`timeout_s`: that sample gets `Outcome.TIMEOUT` (counted in `stats.timeouts`: the verifier gave up,
+not the model), the rest of its chunk is re-queued, and a fresh worker replaces it. A call that raises,
+returns something other than an Outcome or a finite number, or kills its worker gets NO_ANSWER
+(counted in `stats.errors`). A verifier may return TIMEOUT itself (its own work budget ran out);
+the pool passes it on like any Outcome and does not count it.
 `score` never raises because of `fn`; it raises RuntimeError only if a worker cannot start at all.
 
 `workers=0` runs `fn` in this process, one sample after another, with NO timeout (a stuck call
 hangs the batch): for debugging only.
 
-Workers set OMP_NUM_THREADS=1 before loading `fn`, ignore Ctrl-C (the parent owns it), and are
-daemonic (they die with the parent; `fn` cannot start multiprocessing children of its own). A user
+Workers set OMP_NUM_THREADS=1 before loading `fn`, call its module's `warm_up()` if it has one (slow
+first-use work such as the math verifier's imports, kept out of the first sample's timeout and work
+budget), ignore Ctrl-C (the parent owns it), and are daemonic (they die with the parent; `fn` cannot start multiprocessing children of its own). A user
 function named by import path is the user's own code and runs with the user's rights.
 """
 
@@ -28,6 +31,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -43,7 +47,7 @@ MAX_CHUNK = 64  # samples per message; small enough that work spreads evenly ove
 
 @dataclass
 class PoolStats:
-    timeouts: int = 0  # samples that ran past timeout_s (their worker was killed and replaced)
+    timeouts: int = 0  # samples that ran past timeout_s (Outcome.TIMEOUT; their worker was killed and replaced)
     errors: int = 0  # samples whose call raised, returned a bad value, or killed its worker
 
 
@@ -89,6 +93,9 @@ def _worker_main(conn: Connection, fn_spec: str | bytes) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     fn = load_function(fn_spec) if isinstance(fn_spec, str) else pickle.loads(fn_spec)
+    warm_up = getattr(sys.modules.get(getattr(getattr(fn, "func", fn), "__module__", "") or ""), "warm_up", None)
+    if callable(warm_up):  # the verifier's one-off start-up work (imports, tables), outside every sample's timeout
+        warm_up()
     conn.send("ready")
     while True:
         try:
@@ -239,9 +246,10 @@ class VerifierPool:
         return dead
 
     def _retire(self, w: _Worker, queue: deque[int], results: list, stats: PoolStats, *, timed_out: bool) -> None:
-        """Kill `w`, give its running sample NO_ANSWER, re-queue the rest of its chunk, start a replacement."""
+        """Kill `w`, give its running sample TIMEOUT (`timed_out`) or NO_ANSWER (it died), re-queue the rest of its
+        chunk, start a replacement."""
         if w.chunk:
-            results[w.chunk[w.done]] = Outcome.NO_ANSWER
+            results[w.chunk[w.done]] = Outcome.TIMEOUT if timed_out else Outcome.NO_ANSWER
             stats.timeouts += timed_out
             stats.errors += not timed_out
             queue.extendleft(reversed(w.chunk[w.done + 1 :]))

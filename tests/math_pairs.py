@@ -1,0 +1,100 @@
+"""Answer pairs written for rlvr's own tests of the math verifier (not taken from any other project's test files):
+(completion, gold, expected Outcome value). Shared by the determinism test and scripts/bench_verifiers.py --pairs."""
+
+from __future__ import annotations
+
+B = "\\boxed"
+C, I, N = "correct", "incorrect", "no_answer"  # noqa: E741 (short names keep the table readable)
+
+# Several boxes that are one answer, in completions (and a box that was hedged)
+SEVERAL_BOXES = [
+    (f"The roots are {B}{{1}}, {B}{{2}}, {B}{{3}}.", "\\{1, 2, 3\\}", C),
+    (f"The roots are {B}{{3}}, {B}{{1}} and {B}{{2}}.", "1, 2, 3", C),
+    (f"$x = {B}{{4}}$ or $x = {B}{{-1}}$", "-1, 4", C),
+    (f"The pairs are {B}{{(2, 2)}} \\text{{ and }} {B}{{(6, 2)}}.", "(2, 2), (6, 2)", C),
+    (f"Factoring gives $x+2=0$, so $x = {B}{{-2}}$. The other factor $x-1=0$ gives $x = {B}{{1}}$.", "1, -2", C),
+    (f"{B}{{1}}, {B}{{2}}, {B}{{3}}", "3", I),  # hedging over three answers is not the answer 3
+    (f"{B}{{1}}, {B}{{2}}", "1, 2, 3", I),
+    (f"First try {B}{{7}}. That was wrong; the answer is {B}{{8}}.", "8", C),
+    (f"{B}{{5}}\n\n{B}{{5}}", "5", C),  # the same answer boxed twice
+]
+# The Minerva format (MATH's few-shot prompt), and a later explicit final-answer line over an earlier box
+STATED = [
+    ("Final Answer: The final answer is $\\frac{10\\sqrt{10.5}}{27}$. I hope it is correct.",
+     "\\frac{10\\sqrt{21}}{27\\sqrt{2}}", C),
+    ("Final Answer: The final answer is $\\sqrt{2}+1$. I hope it is correct.", "1+\\sqrt{2}", C),
+    ("Final Answer: The final answer is $(3, -1)$. I hope it is correct.", "(3,-1)", C),
+    ("Final Answer: The final answer is $12$. I hope it is correct.", "13", I),
+    (f"So it is {B}{{5}}.\nWait, I dropped a sign.\nFinal Answer: 6", "6", C),
+    (f"So it is {B}{{5}}.\nRechecking the last step, the final answer is $\\frac{{1}}{{3}}$.", "1/3", C),
+    (f"Thus {B}{{5}}. This answer is consistent with the check above.", "5", C),
+    (f"Thus {B}{{5}}.\nAnswer: let me double check 6", "5", C),  # a plain "Answer:" does not beat a box
+    ("The final answer to part (b) is $\\frac{7}{2}$.", "3.5", C),
+    ("**Final Answer**: $\\dfrac{3}{4}$", "0.75", C),
+]
+# Thousands in LaTeX and other spellings of one number
+NUMBERS = [
+    (f"{B}{{11,\\! 111,\\! 111,\\! 100}}", "11111111100", C),
+    (f"{B}{{1,\\!000,\\!000}}", "1000000", C),
+    (f"{B}{{12{{,}}345}}", "12345", C),
+    (f"{B}{{2\\,500}}", "2500", C),
+    (f"{B}{{1,2}}", "12", I),
+    (f"{B}{{50\\%}}", "50", C),
+    (f"{B}{{\\$18.90}}", "18.90", C),
+    (f"{B}{{30^\\circ}}", "30", C),
+    (f"{B}{{5\\text{{ cm}}}}", "5", C),
+    (f"{B}{{0.5}}", "\\frac{1}{2}", C),
+    (f"{B}{{1.2e3}}", "1200", C),
+    (f"{B}{{-7}}", "7", I),
+]
+# Answers that need sympy: intervals, ratios, reordered products, sets, equations, roots, trig, matrices
+SYMBOLIC = [
+    (f"{B}{{[1, 3)}}", "[1,3)", C),
+    (f"{B}{{(-\\infty, 3) \\cup (5, \\infty)}}", "(-\\infty,3)\\cup(5,\\infty)", C),
+    (f"{B}{{x \\in [-2, 2]}}", "[-2,2]", C),
+    (f"{B}{{(0, 1]}}", "[0,1]", I),
+    (f"{B}{{2:3}}", "\\frac{2}{3}", C),
+    (f"{B}{{3 \\cdot 2 \\cdot x}}", "6x", C),
+    (f"{B}{{y x^2}}", "x^2 y", C),
+    (f"{B}{{(x-1)(x+1)}}", "x^2-1", C),
+    (f"{B}{{(x+1)^2}}", "x^2+2x+1", C),
+    (f"{B}{{x^2+2x}}", "x^2+2x+1", I),
+    (f"{B}{{\\frac{{\\sqrt{{3}}}}{{2}}}}", "\\frac{\\sqrt3}{2}", C),
+    (f"{B}{{\\frac{{1}}{{\\sqrt{{2}}}}}}", "\\frac{\\sqrt{2}}{2}", C),
+    (f"{B}{{2\\sqrt{{2}}}}", "\\sqrt{8}", C),
+    (f"{B}{{\\sin^2 x + \\cos^2 x}}", "1", C),
+    (f"{B}{{\\frac{{\\pi}}{{4}}}}", "45^\\circ", I),  # math_verify does not equate radians and degrees either
+    (f"{B}{{\\{{3, 1, 2\\}}}}", "\\{1,2,3\\}", C),
+    (f"{B}{{x = 5}}", "5", C),
+    (f"{B}{{y = 2x + 3}}", "2x+3", C),
+    (f"{B}{{\\log_2 8}}", "3", C),
+    (f"{B}{{e^{{i\\pi}}}}", "-1", I),  # nor evaluate e^{i pi}
+    (f"{B}{{3+4i}}", "4i+3", C),
+    (f"{B}{{\\begin{{pmatrix}} 1 \\\\ 2 \\end{{pmatrix}}}}", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", C),
+    (f"{B}{{\\binom{{6}}{{3}}}}", "20", C),
+    (f"{B}{{2^{{10}}}}", "1024", C),
+    (f"{B}{{\\frac{{100!}}{{98!}}}}", "9900", C),
+    (f"{B}{{x \\geq 3}}", "[3, \\infty)", I),  # nor read an inequality as an interval
+    (f"{B}{{\\frac{{x^{{6}}-1}}{{x-1}}}}", "x^5+x^4+x^3+x^2+x+1", C),
+    (f"{B}{{10-9+8-7+6-5+4-3+2-1+10-9+8-7+6-5+4-3+2-1}}", "10", C),
+]
+# Text answers and markers
+OTHER = [
+    (f"{B}{{\\text{{Monday}}}}", "Monday", C),
+    (f"{B}{{\\text{{(C)}}}}", "(C)", C),
+    ("The answer is: 14", "14", C),
+    ("Some work.\n#### 72", "72", C),
+    ("so 5 + 9 = 14", "14", N),  # no marker: refused by design
+    ("<answer>14</answer>", "14", N),
+]
+# Correct answers whose symbolic check is heavier (they needed 0.1-0.6 s against the old wall-clock deadline)
+HEAVY = [
+    (f"{B}{{\\left(-\\infty, -\\frac{{1}}{{2}}\\right) \\cup \\left(\\frac{{1}}{{3}}, \\infty\\right)}}",
+     "(-\\infty,-\\frac12)\\cup(\\frac13,\\infty)", C),
+    (f"{B}{{\\frac{{2\\sqrt{{6}}}}{{3}}: 1}}", "\\frac{2\\sqrt6}{3}", C),
+    (f"{B}{{(2x+3)(x-4)(x+1)}}", "(x+1)(2x+3)(x-4)", C),
+    (f"{B}{{\\frac{{x+1}}{{x^2-1}}}}", "\\frac{1}{x-1}", C),
+    (f"{B}{{\\tan\\frac{{\\pi}}{{8}}}}", "\\sqrt{2}-1", C),
+    (f"{B}{{\\frac{{3\\sqrt{{5}}+\\sqrt{{45}}}}{{2}}}}", "3\\sqrt{5}", C),
+]
+PAIRS = SEVERAL_BOXES + STATED + NUMBERS + SYMBOLIC + OTHER + HEAVY
