@@ -78,7 +78,7 @@ class AnswerExtract(str, enum.Enum):
 
 
 class Extractor(str, enum.Enum):
-    """How the math verifier finds a completion's final answer (rlvr.verifiers.math.extract_answer)."""
+    """How the math verifier finds a completion's final answer (rlvr.verifiers.extraction.extract_answer)."""
 
     boxed = "boxed"  # the last \boxed{...}
     answer_line = "answer_line"  # "Answer: ..."

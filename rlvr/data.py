@@ -96,7 +96,7 @@ def final_answer(value: str | int | float, mode: AnswerExtract) -> str | None:
     if mode is AnswerExtract.hashes:
         found = text.rpartition("####")[2].strip() if "####" in text else ""
         return found.replace(",", "") or None  # GSM8K writes "#### 1,000"
-    from rlvr.verifiers.math import extract_answer  # imports math-verify (sympy): only MATH-style gold needs it
+    from rlvr.verifiers.extraction import extract_answer
 
     return extract_answer(text, extractors=("boxed",))
 

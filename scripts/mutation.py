@@ -1,10 +1,11 @@
 """make mutation: mutmut over the pure core, then its numbers and surviving mutants (docs/mutation.md).
 
 The pure core is the functions matched by CORE below: all of rlvr/algo.py, the micro-batch plan (rlvr/batching.py),
-the math verifier's extraction and equivalence, and the arithmetic and countdown verifiers. Not in it: the math
-verifier's refusal estimate and work-budget tracer (resource bounds, not the answer), its logging filter and
-`_warm_up` (sympy's lazy imports). mutmut 3 leaves decorated functions alone, so the verifier's caches wrap plain functions
-(`_parse_uncached`, `_equivalent_uncached`), which are mutated.
+the answer extraction (rlvr/verifiers/extraction.py), the math verifier's normalization and equivalence, and the
+arithmetic and countdown verifiers. Not in it: the math verifier's refusal estimate and work-budget tracer (resource
+bounds, not the answer), its logging filter and `_warm_up` (sympy's lazy imports). mutmut 3 leaves decorated
+functions alone, so the verifier's caches wrap plain functions (`_parse_uncached`, `_equivalent_uncached`), which are
+mutated.
 mutmut's settings (files, tests, isolation) are in pyproject.toml's [tool.mutmut].
 
 Each run starts from a fresh mutants/ folder (mutmut's results there would otherwise be reused), prints
@@ -35,12 +36,11 @@ CORE = [
     "rlvr.batching.*",
     "rlvr.verifiers.arithmetic.*",
     "rlvr.verifiers.countdown.*",
+    "rlvr.verifiers.extraction.*",
     *(
         f"{_MATH}{name}__mutmut_*"
         for name in (
-            # extraction
-            "_boxes", "_box_group", "_tidy", "_phrases", "_answer_lines", "_last_match", "_answer_tag", "_last_number",
-            "_checked", "_find", "_extract", "extract_answer", "format_score",
+            "format_score",
             # normalization and equivalence
             "normalize", "_as_fraction", "_parse_uncached", "_sympy_equivalent", "_equivalent_uncached", "_items",
             "_judge", "is_equivalent", "verify", "check_gold",

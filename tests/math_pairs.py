@@ -31,6 +31,10 @@ STATED = [
     (f"Thus {B}{{5}}.\nAnswer: let me double check 6", "5", C),  # a plain "Answer:" does not beat a box
     ("The final answer to part (b) is $\\frac{7}{2}$.", "3.5", C),
     ("**Final Answer**: $\\dfrac{3}{4}$", "0.75", C),
+    ("Putting it together, the final answer is therefore $\\frac{5}{6}$.", "5/6", C),
+    ("So the answer is $-3$ and $5$.", "5, -3", C),
+    ("Collecting terms, the answer is:\n\\[\n x = \\frac{1}{4}\n\\]\nThat completes the solution.", "0.25", C),
+    ("The answer is 7, not 8.", "8", I),
 ]
 # Thousands in LaTeX and other spellings of one number
 NUMBERS = [

@@ -34,7 +34,7 @@ from fractions import Fraction
 from typing import Any
 
 from rlvr.verifiers import Outcome
-from rlvr.verifiers.math import extract_answer
+from rlvr.verifiers.extraction import extract_answer
 
 try:  # imported here, not on the first call: a worker imports its verifier before its first timed sample (~3 s)
     import reasoning_gym
@@ -59,7 +59,7 @@ _SEQUENCES = (ast.List, ast.Tuple, ast.Set, ast.Dict)
 
 def extract(completion: str, *, extractors: Iterable[str] = DEFAULT_EXTRACT) -> str | None:
     """The answer the completion gives: by default the stripped content of its last complete <answer>...</answer>
-    (as reasoning-gym's prompts ask); reward.extract may add other forms (rlvr.verifiers.math.extract_answer)."""
+    (as reasoning-gym's prompts ask); reward.extract may add other forms (rlvr.verifiers.extraction.extract_answer)."""
     return extract_answer(completion, extractors=extractors)
 
 

@@ -62,35 +62,25 @@ import sys
 from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from typing import NamedTuple
 
 from math_verify import parse as _mv_parse
 from math_verify import verify as _mv_verify
 
 from rlvr.verifiers import Outcome
+from rlvr.verifiers.extraction import (  # noqa: F401 (DEFAULT_EXTRACT, EXTRACTORS, extract_answer: the public API)
+    BOX_COMMANDS,
+    DEFAULT_EXTRACT,
+    EXTRACTORS,
+    SCAN_CHARS,
+    boxes,
+    extract_answer,
+    locate_answer,
+)
 
-SCAN_CHARS = 20_000  # only the tail of a completion is searched for its answer
 MAX_ANSWER_CHARS = 500  # longer extracted answers skip math_verify (string comparison only)
 MAX_NESTING = 20  # deeper bracket / argument nesting skips math_verify
 MAX_DIGITS = 10_000  # answers that could evaluate to a number with more digits skip math_verify
 WORK_CALLS = 1_000_000  # Python calls math_verify may make for one pair: both parses and the comparison
-EXTRACTORS = ("boxed", "answer_line", "final_answer_phrase", "hashes", "answer_tag", "last_number")
-# last_number and answer_tag are opt-in: a lenient last number would reward any text ending in it
-DEFAULT_EXTRACT = ("boxed", "answer_line", "final_answer_phrase", "hashes")
-
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
-_BRACE_TOKENS = re.compile(r"\\boxed|\\fbox|\\[{}]|[{}]")  # one token per match: no backtracking
-_ANSWER_LINE = re.compile(r"answer[ \t*]*[:\uff1a][ \t]*([^\n]*)", re.IGNORECASE)
-_FINAL_BEFORE = re.compile(r"final[ \t*_]*$", re.IGNORECASE)  # "Final Answer:" (searched just before "Answer")
-_HASHES_LINE = re.compile(r"####[ \t]*([^\n]*)")
-# "the final answer is", "the final answer to part (a) is", "The answer is:", "Final answer:"; bounded runs only
-_ANSWER_PHRASE = re.compile(
-    r"\b(?:(?P<final>final)[ \t]+answer\b[^\n.:\uff1a$\\]{0,100}?[ \t]is\b|answer[ \t]+is\b"
-    r"|(?:(?P<final2>final)[ \t*]+)?answer[ \t*]*[:\uff1a])[ \t*]*[:\uff1a]?",
-    re.IGNORECASE,
-)
-_SENTENCE_END = re.compile(r"(?<!\.)\.(?=\s)")  # "16. I hope" ends at "16"; "3.5" and "..." do not end
-_LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")  # "9-3" ends in 3, "x = -3" in -3
 _NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"  # unambiguous: no backtracking over a digit run
 _NUMBER = re.compile(_NUM)
 _RATIO = re.compile(r"(-?)\\frac\{(-?\d{1,100})\}\{(-?\d{1,100})\}|(-?\d{1,100}) ?/ ?(\d{1,100})")
@@ -102,187 +92,6 @@ _TRAILING_TEXT = re.compile(r"(?<=\S)\s*\\(?:text|mbox|mathrm)\{[^{}]{0,100}\}$"
 _TRAILING_WORDS = re.compile(rf"({_NUM}) [A-Za-z]{{2,20}}(?: [A-Za-z]{{1,20}}){{0,3}}")  # "42 apples"
 _SPACES = re.compile(r"\s+")
 _NEGATIVE_SPACE = re.compile(r"\\!\s*")
-
-
-# --- extraction ---------------------------------------------------------------------------------
-
-# between two boxes that are one answer: spaces, commas, "and"/"or", math delimiters, LaTeX spacing
-_BOX_SEPARATOR = re.compile(r"(?:[\s,;&$]|\\[,;:! ]|\\q?quad|\\[()\[\]]|\\(?:text|mathrm)\{[\s,;]*(?:and|or)?[\s,;]*\}"
-                            r"|\band\b|\bor\b)*")
-MAX_BOX_GAP = 40  # characters between two boxes read as one answer
-EXPLICIT, PLAIN, FALLBACK = 2, 1, 0  # how firmly a marker says "this is the final answer"
-
-
-class _Found(NamedTuple):
-    tier: int  # EXPLICIT, PLAIN or FALLBACK
-    at: int  # where its marker starts in the scanned window
-    text: str
-
-
-def _boxes(text: str) -> list[tuple[int, str, int]]:
-    """(command start, stripped content, end) of every complete `\\boxed{...}` / `\\fbox{...}` not inside another
-    complete one, in order: one linear scan with a brace stack (an unclosed box is skipped; a box inside it counts)."""
-    stack: list[tuple[int, int] | None] = []  # per open brace: (command start, content start) if it opens a box
-    pending: tuple[int, int] | None = None  # (start, end) of the last box command; its next `{` opens a box
-    done: list[tuple[int, int, int]] = []  # (command start, content start, content end), outermost so far
-    for m in _BRACE_TOKENS.finditer(text):
-        tok = m.group()
-        if tok in _BOX_COMMANDS:
-            pending = (m.start(), m.end())
-        elif tok == "{":
-            opens_box = pending is not None and not text[pending[1] : m.start()].strip()
-            stack.append((pending[0], m.end()) if opens_box and pending is not None else None)
-            pending = None
-        elif tok == "}":
-            box = stack.pop() if stack else None
-            if box is not None:
-                while done and done[-1][0] >= box[1]:  # boxes inside this one
-                    done.pop()
-                done.append((box[0], box[1], m.start()))
-        # escaped braces `\{` `\}` are literal characters and match nothing
-    return [(at, text[start:end].strip(), end + 1) for at, start, end in done]
-
-
-def _box_group(text: str) -> _Found | None:
-    """The last box, with the boxes just before it that only separators part (`\\boxed{1}, \\boxed{2}`, `$\\boxed{1}$
-    and $\\boxed{2}$`): one answer, their contents joined by ", " (a repeated content counts once)."""
-    boxes = _boxes(text)
-    if not boxes:
-        return None
-    first = len(boxes) - 1
-    while first > 0:
-        gap = text[boxes[first - 1][2] : boxes[first][0]]
-        if len(gap) > MAX_BOX_GAP or not _BOX_SEPARATOR.fullmatch(gap):
-            break
-        first -= 1
-    contents = list(dict.fromkeys(content for _, content, _ in boxes[first:] if content))
-    return _Found(EXPLICIT, boxes[-1][0], ", ".join(contents)) if contents else None
-
-
-def _tidy(found: str) -> str:
-    """An answer stated in prose, cut at the end of its sentence and unwrapped: "**$\\frac{1}{2}$**." -> \\frac{1}{2}."""
-    found = _SENTENCE_END.split(found, maxsplit=1)[0]
-    for _ in range(3):
-        found = found.strip().rstrip(".").strip().strip("*$").strip()
-        for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
-            if found.startswith(left) and found.endswith(right):
-                found = found[len(left) : -len(right)]
-    return found
-
-
-def _phrases(text: str) -> list[_Found]:
-    """The last explicit ("the final answer is", "Final answer:") and the last plain ("the answer is", "answer:")
-    statement, each to the end of its sentence or line."""
-    last: dict[int, _Found] = {}
-    for m in _ANSWER_PHRASE.finditer(text):
-        line_end = text.find("\n", m.end())
-        found = _tidy(text[m.end() : line_end if line_end >= 0 else len(text)])
-        if found:
-            tier = EXPLICIT if m.group("final") or m.group("final2") else PLAIN
-            last[tier] = _Found(tier, m.start(), found)
-    return list(last.values())
-
-
-def _answer_lines(text: str) -> list[_Found]:
-    """The last "Final Answer: ..." (explicit) and "Answer: ..." (plain) line; a line that itself states the final
-    answer in a sentence ("Final Answer: The final answer is $x$. I hope it is correct.") gives that answer."""
-    last: dict[int, _Found] = {}
-    for m in _ANSWER_LINE.finditer(text):
-        line = m.group(1)
-        found = _phrases(line)
-        value = found[-1].text if found else _tidy(line)
-        if value:
-            tier = EXPLICIT if _FINAL_BEFORE.search(text, max(0, m.start() - 12), m.start()) else PLAIN
-            last[tier] = _Found(tier, m.start(), value)
-    return list(last.values())
-
-
-def _last_match(pattern: re.Pattern[str], text: str, tier: int) -> list[_Found]:
-    found = None
-    for m in pattern.finditer(text):
-        found = m
-    value = found.group(1).strip().strip("*").strip() if found else ""
-    return [_Found(tier, found.start(), value)] if found and value else []
-
-
-def _answer_tag(text: str) -> list[_Found]:
-    close = text.rfind("</answer>")
-    start = text.rfind("<answer>", 0, close) if close >= 0 else -1
-    value = text[start + len("<answer>") : close].strip() if start >= 0 else ""
-    return [_Found(EXPLICIT, start, value)] if value else []
-
-
-def _last_number(text: str) -> list[_Found]:
-    found = None
-    for m in _LAST_NUMBER.finditer(text):
-        found = m
-    return [_Found(FALLBACK, found.start(), found.group())] if found else []
-
-
-def _checked(extractors: Iterable[str]) -> tuple[str, ...]:
-    names = () if isinstance(extractors, str) else tuple(extractors)
-    unknown = [name for name in names if name not in EXTRACTORS]
-    if unknown or not names:
-        what = f"unknown answer extractor(s) {unknown}" if unknown else f"no answer extractors in {extractors!r}"
-        raise ValueError(f"{what}; valid (a non-empty tuple, tried in order): {', '.join(EXTRACTORS)}")
-    return names
-
-
-def _find(name: str, window: str) -> list[_Found]:
-    """What one extractor finds in the window (the one dispatch on extractor names)."""
-    if name == "boxed":
-        group = _box_group(window)
-        return [group] if group else []
-    if name == "answer_line":
-        return _answer_lines(window)
-    if name == "final_answer_phrase":
-        return _phrases(window)
-    if name == "hashes":
-        return _last_match(_HASHES_LINE, window, EXPLICIT)
-    if name == "answer_tag":
-        return _answer_tag(window)
-    return _last_number(window)
-
-
-def _extract(text: str, extractors: Iterable[str]) -> tuple[str, str] | None:
-    """(the winning extractor's name, the answer it read), or None: the rule in `extract_answer`."""
-    window = text[-SCAN_CHARS:]
-    best: tuple[tuple[int, int, int], str, str] | None = None  # ((tier, position, -order), name, answer)
-    for order, name in enumerate(_checked(extractors)):
-        for found in _find(name, window):
-            value = found.text
-            for _ in range(3):  # `\boxed{\boxed{9}}` -> 9; a few levels, not an unbounded loop
-                if value.startswith(_BOX_COMMANDS) and value.endswith("}"):
-                    inner = _box_group(value)
-                    value = inner.text if inner else value
-            key = (found.tier, found.at, -order)
-            if value and (best is None or key > best[0]):
-                best = (key, name, value)
-    return None if best is None else (best[1], best[2])
-
-
-def extract_answer(text: str, *, extractors: Iterable[str] = DEFAULT_EXTRACT) -> str | None:
-    """The final answer of a completion, as `extractors` find it; None if none of them finds one.
-
-    Each extractor finds the last statement of its kind:
-    "boxed": the last complete `\\boxed{...}` or `\\fbox{...}` (an unclosed one is skipped), with the boxes just
-      before it that only separators part ("\\boxed{1}, \\boxed{2} and \\boxed{3}" reads "1, 2, 3");
-    "answer_line": the rest of the last line containing "Answer:" (any case); a line that states the answer in a
-      sentence gives that answer ("Final Answer: The final answer is $x$. I hope it is correct." reads x);
-    "final_answer_phrase": after the last "answer is" / "answer:" / "the final answer (to ...) is", to the end
-      of that sentence or line, without a trailing period, `$`, `**`;
-    "hashes": the rest of the last "####" line (GSM8K);
-    "answer_tag": the content of the last `<answer>...</answer>`;
-    "last_number": the last number in the text (a lenient fallback).
-    Which one wins: a box, "####", `<answer>` and a statement of the *final* answer ("Final Answer:", "the final
-    answer is") are explicit; "Answer:" and "the answer is" alone are plain. The explicit statement that comes last
-    in the text wins; without one, the plain statement that comes last; `last_number` only when nothing else is
-    found. At the same place the extractor listed first wins. So a box followed by "Final Answer: 6" reads 6, while
-    a box followed by "this answer is right" reads the box. A found `\\boxed{x}` is unwrapped to x. Only the last
-    `SCAN_CHARS` characters of `text` are searched. ValueError for an unknown name.
-    """
-    found = _extract(text, extractors)
-    return None if found is None else found[1]
 
 
 def normalize(answer: str) -> str:
@@ -607,7 +416,7 @@ def _items(answer: str) -> int:
 
 def _judge(completion: str, answer: str, extract: Iterable[str]) -> Outcome:
     """The Outcome of one completion against its ground truth (the module docstring)."""
-    found = _extract(completion, extract)
+    found = locate_answer(completion, extract)
     if found is None:
         return Outcome.NO_ANSWER
     name, extracted = found
@@ -616,9 +425,9 @@ def _judge(completion: str, answer: str, extract: Iterable[str]) -> Outcome:
     n = _items(gold)
     if outcome is Outcome.INCORRECT and name == "boxed" and n > 1 and _items(normalize(extracted)) < n:
         # the gold lists n answers and the completion boxed them one by one, apart: its last n boxes are the answer
-        boxes = [content for _, content, _ in _boxes(completion[-SCAN_CHARS:])][-n:]
-        if len(boxes) == n and all(_items(normalize(box)) == 1 for box in boxes):
-            outcome = _equivalent_normalized(normalize(", ".join(boxes)), gold)
+        last = [content for _, content, _ in boxes(completion[-SCAN_CHARS:])][-n:]
+        if len(last) == n and all(_items(normalize(box)) == 1 for box in last):
+            outcome = _equivalent_normalized(normalize(", ".join(last)), gold)
     return outcome
 
 
@@ -641,7 +450,7 @@ def check_gold(answer: str) -> Outcome:
     when the gold is not an answer at all: empty, several lines, longer than MAX_ANSWER_CHARS, or a solution that
     still holds its own `\\boxed{}` or `####` (data.answer_extract reduces a solution to its answer)."""
     text = answer.strip()
-    solution = "####" in text or any(command in text for command in _BOX_COMMANDS)
+    solution = "####" in text or any(command in text for command in BOX_COMMANDS)
     if not text or "\n" in text or len(text) > MAX_ANSWER_CHARS or solution:
         return Outcome.NO_ANSWER
     return verify(f"The final answer is $\\boxed{{{text}}}$.", answer)
