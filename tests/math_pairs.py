@@ -91,6 +91,24 @@ OTHER = [
     ("so 5 + 9 = 14", "14", N),  # no marker: refused by design
     ("<answer>14</answer>", "14", N),
 ]
+# Answers stated in prose after a marker: a number or math after a few words, math then words, units, headings
+PROSE = [
+    ("Counting the factors one by one.\nAnswer: There are 12 positive divisors.", "12", C),
+    ("Answer: There are 12 positive divisors.", "10", I),
+    ("Rounding at the end, the final answer is approximately 2.72.", "2.72", C),
+    ("So the answer is 340 dollars, earned over the five weeks.", "340", C),
+    ("The final answer is 21, since 3 \\cdot 7 = 21.", "21", C),
+    ("**Answer:** $\\frac{3}{8}$ of the pizza", "\\frac38", C),
+    ("The final answer is $6$ chairs, because $30 - 24 = 6$.", "6", C),
+    (f"{B}{{18\\text{{ cm}}^2}}", "18", C),
+    ("**Answer: 45 km/h**", "45", C),
+    ("The answer is 3,500 tickets.", "3500", C),
+    ("Working through the cases gives the result.\n\n### Final Answer\nThe garden needs 14 plants.", "14", C),
+    ("**Answer.** $\\frac{9}{4}$", "2.25", C),
+    ("The final answer to $g(2)$ is $11$.", "11", C),
+    (f"So the total is ${B}{{40}}$. To double-check, the final answer is consistent: $8 \\cdot 5 = 40$.", "40", C),
+    (f"The answer is ${B}{{7}}$. Let me verify: the answer is correct since $7 + 3 = 10$.", "7", C),
+]
 # Correct answers whose symbolic check is heavier (they needed 0.1-0.6 s against the old wall-clock deadline)
 HEAVY = [
     (f"{B}{{\\left(-\\infty, -\\frac{{1}}{{2}}\\right) \\cup \\left(\\frac{{1}}{{3}}, \\infty\\right)}}",
@@ -101,4 +119,4 @@ HEAVY = [
     (f"{B}{{\\tan\\frac{{\\pi}}{{8}}}}", "\\sqrt{2}-1", C),
     (f"{B}{{\\frac{{3\\sqrt{{5}}+\\sqrt{{45}}}}{{2}}}}", "3\\sqrt{5}", C),
 ]
-PAIRS = SEVERAL_BOXES + STATED + NUMBERS + SYMBOLIC + OTHER + HEAVY
+PAIRS = SEVERAL_BOXES + STATED + NUMBERS + SYMBOLIC + OTHER + PROSE + HEAVY

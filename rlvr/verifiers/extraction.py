@@ -20,19 +20,30 @@ DEFAULT_EXTRACT = ("boxed", "answer_line", "final_answer_phrase", "hashes")
 
 BOX_COMMANDS = ("\\boxed", "\\fbox")
 _BRACE_TOKENS = re.compile(r"\\boxed|\\fbox|\\[{}]|[{}]")  # one token per match: no backtracking
-_ANSWER_LINE = re.compile(r"answer[ \t*]*[:\uff1a][ \t]*([^\n]*)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"answer[ \t*]*(?:[:\uff1a]|\.(?=[ \t*]*[$\\\d-]))[ \t]*([^\n]*)", re.IGNORECASE)
 _FINAL_BEFORE = re.compile(r"final[ \t*_]*$", re.IGNORECASE)  # "Final Answer:" (searched just before "Answer")
 _HASHES_LINE = re.compile(r"####[ \t]*([^\n]*)")
 # "the final answer is", "the final answer to part (a) is", "The answer is:", "Final answer:"; bounded runs only
+_JUDGEMENT = r"(?![ \t]+(?:not|consistent|correct|right|reasonable|valid|indeed|plausible|confirmed|verified|wrong|incorrect)\b)"
 _ANSWER_PHRASE = re.compile(
-    r"\b(?:(?P<final>final)[ \t]+answer\b[^\n.:\uff1a$\\]{0,100}?[ \t]is\b|answer[ \t]+is\b"
-    r"|(?:(?P<final2>final)[ \t*]+)?answer[ \t*]*[:\uff1a])[ \t*]*[:\uff1a]?",
+    rf"\b(?:(?P<final>final)[ \t]+answer\b[^\n.:\uff1a]{{0,100}}?[ \t]is\b{_JUDGEMENT}|answer[ \t]+is\b{_JUDGEMENT}"
+    r"|(?:(?P<final2>final)[ \t*]+)?answer[ \t*]*(?:[:\uff1a]|\.(?=[ \t*]*[$\\\d-])))[ \t*]*[:\uff1a]?",
     re.IGNORECASE,
 )
+# a line that is only a "Final Answer" heading ("### Final Answer", "**Final Answer**"): the answer is on the next line
+_FINAL_HEADING = re.compile(r"^[ \t#*]*final[ \t]+answer[ \t*:.]*$", re.IGNORECASE | re.MULTILINE)
 _SENTENCE_END = re.compile(r"(?<!\.)\.(?=\s)")  # "16. I hope" ends at "16"; "3.5" and "..." do not end
 # inline or display math, bounded: "$5$", "\(5\)", "$$5$$", "\[5\]"
 _INLINE_MATH = re.compile(r"\$\$([^$]{1,300}?)\$\$|\$([^$\n]{1,300})\$|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]")
 _DISPLAY_AFTER = re.compile(r"[ \t*]*(?:\$\$|\\\[)?\s*(?:\$\$([^$]{1,300}?)\$\$|\\\[(.{1,300}?)\\\])", re.DOTALL)
+_CLAUSE = re.compile(r",[ \t]+(?=(?!and\b|or\b)[A-Za-z]{2,}\b)")  # ", since ...", ", which ..." (not ", and", ", x = 1")
+_PROSE = re.compile(r"[ \t*]+[A-Za-z]")  # words after the math
+# "There are 9 divisors" -> 9 divisors; a hedge ("probably 3", "not 3", "maybe 3") is not a statement of the answer
+_WORDS_THEN_NUMBER = re.compile(
+    r"[ \t*]*(?:(?!(?:probably|maybe|perhaps|possibly|likely|not|either)\b)[A-Za-z][A-Za-z']*[ \t]+){1,6}"
+    r"(-?\d[\d,]*(?:\.\d+)?)\b",
+    re.IGNORECASE,
+)
 _LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")  # "9-3" ends in 3, "x = -3" in -3
 
 
@@ -91,18 +102,24 @@ def _box_group(text: str) -> _Found | None:
 
 def _tidy(found: str) -> str:
     """An answer stated in prose, cut at the end of its sentence and unwrapped: "**$\\frac{1}{2}$**." -> \\frac{1}{2};
-    "therefore $5$" -> 5 and "$3$ and $5$" -> "3, 5" (the math after at most a few words, and the math joined to it
-    by separators only)."""
+    the math or number after at most a few words ("therefore $5$" -> 5, "There are 9 divisors" -> 9 divisors), math
+    joined to it by separators only ("$3$ and $5$" -> "3, 5"), and what leads before a clause ("$8$ students, since
+    ..." -> 8, "15, since 30/2 = 15" -> 15)."""
     found = _SENTENCE_END.split(found, maxsplit=1)[0]
+    found = _CLAUSE.split(found, maxsplit=1)[0]
     spans = list(_INLINE_MATH.finditer(found))
-    if spans and not any(c.isdigit() for c in found[: spans[0].start()]) and len(found[: spans[0].start()].split()) <= 4:
+    before = found[: spans[0].start()] if spans else ""
+    if spans and not any(c.isdigit() for c in before) and len(before.split()) <= 4:
         joined = [spans[0]]
         for span in spans[1:]:
             if not _BOX_SEPARATOR.fullmatch(found[joined[-1].end() : span.start()]):
                 break
             joined.append(span)
-        if found[: spans[0].start()].strip(" *") or len(joined) > 1:  # else the unwrapping below reads it
+        prose_after = _PROSE.match(found, joined[-1].end()) is not None
+        if before.strip(" *") or len(joined) > 1 or prose_after:  # else the unwrapping below reads it
             found = ", ".join(next(g for g in span.groups() if g is not None).strip() for span in joined)
+    elif m := _WORDS_THEN_NUMBER.match(found):  # "There are 9 positive divisors" -> "9 positive divisors"
+        found = found[m.start(1) :]
     for _ in range(3):
         found = found.strip().rstrip(".").strip().strip("*$").strip()
         for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
@@ -134,7 +151,8 @@ def _phrases(text: str) -> list[_Found]:
 
 def _answer_lines(text: str) -> list[_Found]:
     """The last "Final Answer: ..." (explicit) and "Answer: ..." (plain) line; a line that itself states the final
-    answer in a sentence ("Final Answer: The final answer is $x$. I hope it is correct.") gives that answer."""
+    answer in a sentence ("Final Answer: The final answer is $x$. I hope it is correct.") gives that answer; a line
+    that is only a "Final Answer" heading (explicit) gives what the next non-empty line states."""
     last: dict[int, re.Match[str]] = {}
     for m in _ANSWER_LINE.finditer(text):
         last[EXPLICIT if _FINAL_BEFORE.search(text, max(0, m.start() - 12), m.start()) else PLAIN] = m
@@ -142,6 +160,12 @@ def _answer_lines(text: str) -> list[_Found]:
     for tier, m in last.items():
         within = _phrases(m.group(1))
         found.append(_Found(tier, m.start(), within[-1].text if within else _stated(text, m.start(1))))
+    heading = None
+    for m in _FINAL_HEADING.finditer(text):
+        heading = m
+    if heading is not None:  # the statement starts at the next non-blank character
+        start = len(text) - len(text[heading.end() :].lstrip())
+        found.append(_Found(EXPLICIT, heading.start(), _stated(text, start)))
     return sorted((f for f in found if f.text), key=lambda f: f.at)
 
 

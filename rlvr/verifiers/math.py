@@ -88,8 +88,9 @@ _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:(?:,|\{,\}|\\,|\\ |~| )\d{3})+(?:\.\d+)
 _SEPARATOR = re.compile(r",|\{,\}|\\,|\\ |~| ")
 _SCIENTIFIC = re.compile(_NUM + r"[eE][+-]?\d{1,2}")
 _TEXT_WRAP = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{([^{}]{0,100})\}")
-_TRAILING_TEXT = re.compile(r"(?<=\S)\s*\\(?:text|mbox|mathrm)\{[^{}]{0,100}\}$")
-_TRAILING_WORDS = re.compile(rf"({_NUM}) [A-Za-z]{{2,20}}(?: [A-Za-z]{{1,20}}){{0,3}}")  # "42 apples"
+_TRAILING_TEXT = re.compile(r"(?<=\S)\s*\\(?:text|mbox|mathrm)\{[^{}]{0,100}\}(?:\^\{?[23]\}?)?$")  # "24\text{ cm}^2"
+# "42 apples", "60 km/h", "2,000 people"
+_TRAILING_WORDS = re.compile(rf"([+-]?\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|{_NUM}) [A-Za-z][A-Za-z/]{{1,20}}(?: [A-Za-z/]{{1,20}}){{0,3}}")
 _SPACES = re.compile(r"\s+")
 _NEGATIVE_SPACE = re.compile(r"\\!\s*")
 
