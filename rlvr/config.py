@@ -222,7 +222,7 @@ class RewardConfig:
     incorrect: float = MISSING
     no_answer: float = MISSING
     timed_out: float | None = MISSING  # the verifier gave up (work budget or timeout_s); null = incorrect
-    extract: list[Extractor] | None = MISSING  # math/gym verifiers: answer extractors, in order; null = the verifier's own
+    extract: list[Extractor] | None = MISSING  # math/gym verifiers: where to look for the answer; null = the verifier's own
     partial: bool = MISSING  # gym verifier: the dataset's float score is the reward (correct still means 1.0)
     workers: int = MISSING  # verifier worker processes; 0 = in-process, no timeout
     timeout_s: float = MISSING  # per-sample wall-clock limit

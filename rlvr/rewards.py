@@ -60,7 +60,7 @@ class Rewarder:
                               f"verifier is {name}: set reward.extract=null")  # fmt: skip
         primary: str | Callable = str(cfg.fn) if spec is None else str(spec.score) if cfg.partial else spec.verify
         self.extract_fn: Callable[[str], str | None] | None = None if spec is None else load_function(spec.extract)
-        if spec is not None and cfg.extract is not None:  # the answer extractors, in order
+        if spec is not None and cfg.extract is not None:  # the answer extractors (the order breaks ties)
             extract = tuple(e.value for e in cfg.extract)
             primary = functools.partial(load_function(str(primary)), extract=extract)  # pickled to the workers
             self.extract_fn = functools.partial(load_function(spec.extract), extractors=extract)

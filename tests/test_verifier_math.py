@@ -284,6 +284,8 @@ HOSTILE_EXTRACTION = {
         _long(".", "the answer is "),
         _long("*", "answer"),
         _long("$*", "The answer is: "),
+        _long(" ", "The answer is:"),
+        _long(" \n", "Final Answer:"),
         _long(" ", "answer", "is"),
     ],
     "hashes": [_long("#"), _long(" ", "####"), _long("#### 1")],
@@ -306,6 +308,8 @@ def test_extractors_are_linear_on_hostile_input(name: str) -> None:
 # Answers whose evaluation would not finish (or would exhaust memory) if sympy saw them: refused by the guard,
 # which reads an estimate of the digits they could evaluate to from the text, in well under a millisecond.
 REFUSED = [
+    "(x+1)^{1000}",
+    "\\sin(x)^{100}+\\cos(x)^{100}",
     "9^{9^{9^{9}}}",
     "9^9^9",
     "9^{9^9}",
@@ -335,7 +339,7 @@ REFUSED = [
     "\\sqrt{" * 60 + "2" + "}" * 60,
     "x^x^x^x^x^x^x^x^x^x",
 ]
-# Answers the guard lets through but sympy works on slowly (or parses slowly): stopped by the deadline.
+# Answers the guard lets through but sympy works on slowly (or parses slowly): stopped by the work budget.
 SLOW = ["(x+1)^{1000}", "\\sum_{i=1}^{10^9} i", "a" * 450, "1+" * 240 + "1"]
 # Answers longer than MAX_ANSWER_CHARS: compared as strings only.
 LONG = ["9" * 5_000, "(" * 100_000, "\\frac{1}{" * 1_000 + "2" + "}" * 1_000]
@@ -363,7 +367,8 @@ def test_adversarial_answers_return_from_a_thread() -> None:
                 assert outcome[0] in (Outcome.INCORRECT, Outcome.NO_ANSWER), answer[:40]
             else:
                 assert outcome[0] in (Outcome.INCORRECT, Outcome.TIMEOUT), (answer[:40], outcome)
-    assert verify(f"{B}{{(x+1)^{{1000}}}}", "1") is Outcome.TIMEOUT  # expanding it does not fit the budget
+    assert verify(f"{B}{{\\sin(x)^{{20}}\\cos(x)^{{20}}}}", "1") is Outcome.TIMEOUT  # its expansion outruns the budget
+    assert verify(f"{B}{{(x+1)^{{1000}}}}", "1") is Outcome.INCORRECT  # a symbolic power over 30: refused, a string
     # sympy still works after being interrupted
     assert verify(f"{B}{{x^2+2x+1}}", "(x+1)^2") is Outcome.CORRECT
     assert verify(f"{B}{{2^{{10}}}}", "1024") is Outcome.CORRECT

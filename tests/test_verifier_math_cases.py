@@ -49,10 +49,32 @@ def test_boxes_apart_count_together_only_when_the_gold_lists_that_many() -> None
     assert verify(trace, "1, -2, 3") is Outcome.INCORRECT  # three answers, two boxes
     assert verify(f"{B}{{7}} then {B}{{-2}} then {B}{{1}}", "1, -2") is Outcome.CORRECT  # the last two
     assert verify(f"{B}{{1, -2}} and later {B}{{1}}", "1, -2") is Outcome.INCORRECT  # a box that lists is not one
+    taken_back = f"First guess {B}{{1}}. That is wrong, 1 is not a root. The only root is {B}{{2}}."
+    assert verify(taken_back, "1, 2") is Outcome.INCORRECT  # a box taken back does not count
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        f"So ${B}{{5}}$. I double-checked, and the final answer is consistent with the constraints.",
+        f"{B}{{5}}. The final answer is correct because 5*2=10.",
+        f"{B}{{5}}\n\nFinal Answer: see above",
+        f"So the answer is ${B}{{5}}$.\n\n#### Verification\nPlugging back in, both sides agree.",
+    ],
+)
+def test_talk_after_the_box_that_states_no_answer_does_not_override_it(completion: str) -> None:
+    assert verify(completion, "5") is Outcome.CORRECT
+
+
+def test_unicode_digits_are_answers_not_errors() -> None:
+    assert verify(f"{B}{{x²}}", "x^2") is Outcome.INCORRECT  # math_verify does not read "²"; no ValueError either
+    assert verify(f"{B}{{2}}", "²") is Outcome.INCORRECT
+    assert verify(f"{B}{{①}}", "1") is Outcome.INCORRECT
+    assert verify(f"{B}{{x²}}", "x²") is Outcome.CORRECT
 
 
 def test_a_timeout_is_its_own_outcome_and_the_same_every_time() -> None:
-    slow = (f"{B}{{(x+1)^{{1000}}}}", "1")
+    slow = (f"{B}{{\\sin(x)^{{20}}\\cos(x)^{{20}}}}", "1")
     assert verify(*slow) is Outcome.TIMEOUT
     assert verify(*slow) is Outcome.TIMEOUT  # the verdict is kept, as any other
     assert verify(f"{B}{{(x+1)^{{3}}}}", "x^3+3x^2+3x+1") is Outcome.CORRECT
@@ -74,6 +96,10 @@ def test_a_timeout_is_its_own_outcome_and_the_same_every_time() -> None:
         ("so the answer is \\boxed{3}", Outcome.NO_ANSWER),
         ("9" * 600, Outcome.NO_ANSWER),
         ("   ", Outcome.NO_ANSWER),
+        ("What is the value of $x$ if $2x+3=7$?", Outcome.NO_ANSWER),  # data.answer_key named the question
+        ("Natalia sold 48 clips in April and half as many in May", Outcome.NO_ANSWER),  # prose
+        ("\\text{no solution}", Outcome.CORRECT),
+        ("x^2+2x+1", Outcome.CORRECT),
     ],
 )
 def test_check_gold(gold: str, expected: Outcome) -> None:
@@ -87,7 +113,7 @@ import json, random, sys
 sys.path.insert(0, "tests")
 from math_pairs import PAIRS
 from rlvr.verifiers import math as m
-pairs = PAIRS + [("\\\\boxed{(x+1)^{1000}}", "1")]
+pairs = PAIRS + [("\\\\boxed{\\\\sin(x)^{20}\\\\cos(x)^{20}}", "1")]
 order = list(range(len(pairs)))
 random.Random(int(sys.argv[1])).shuffle(order)
 counted, calls = m._counted, [0]

@@ -22,7 +22,7 @@ BOX_COMMANDS = ("\\boxed", "\\fbox")
 _BRACE_TOKENS = re.compile(r"\\boxed|\\fbox|\\[{}]|[{}]")  # one token per match: no backtracking
 _ANSWER_LINE = re.compile(r"answer[ \t*]*(?:[:\uff1a]|\.(?=[ \t*]*[$\\\d-]))[ \t]*([^\n]*)", re.IGNORECASE)
 _FINAL_BEFORE = re.compile(r"final[ \t*_]*$", re.IGNORECASE)  # "Final Answer:" (searched just before "Answer")
-_HASHES_LINE = re.compile(r"####[ \t]*([^\n]*)")
+_HASHES_LINE = re.compile(r"(?<!#)####(?!#)[ \t]*([^\n]*)")  # GSM8K's "#### 72" (a "#### Heading" is no answer)
 # "the final answer is", "the final answer to part (a) is", "The answer is:", "Final answer:"; bounded runs only
 _JUDGEMENT = r"(?![ \t]+(?:not|consistent|correct|right|reasonable|valid|indeed|plausible|confirmed|verified|wrong|incorrect)\b)"
 _ANSWER_PHRASE = re.compile(
@@ -35,15 +35,16 @@ _FINAL_HEADING = re.compile(r"^[ \t#*]*final[ \t]+answer[ \t*:.]*$", re.IGNORECA
 _SENTENCE_END = re.compile(r"(?<!\.)\.(?=\s)")  # "16. I hope" ends at "16"; "3.5" and "..." do not end
 # inline or display math, bounded: "$5$", "\(5\)", "$$5$$", "\[5\]"
 _INLINE_MATH = re.compile(r"\$\$([^$]{1,300}?)\$\$|\$([^$\n]{1,300})\$|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]")
-_DISPLAY_AFTER = re.compile(r"[ \t*]*(?:\$\$|\\\[)?\s*(?:\$\$([^$]{1,300}?)\$\$|\\\[(.{1,300}?)\\\])", re.DOTALL)
+_DISPLAY_AFTER = re.compile(r"\s*+(?:\$\$([^$]{1,300}?)\$\$|\\\[(.{1,300}?)\\\])", re.DOTALL)  # possessive: linear
 _CLAUSE = re.compile(r",[ \t]+(?=(?!and\b|or\b)[A-Za-z]{2,}\b)")  # ", since ...", ", which ..." (not ", and", ", x = 1")
 _PROSE = re.compile(r"[ \t*]+[A-Za-z]")  # words after the math
 # "There are 9 divisors" -> 9 divisors; a hedge ("probably 3", "not 3", "maybe 3") is not a statement of the answer
 _WORDS_THEN_NUMBER = re.compile(
     r"[ \t*]*(?:(?!(?:probably|maybe|perhaps|possibly|likely|not|either)\b)[A-Za-z][A-Za-z']*[ \t]+){1,6}"
-    r"(-?\d[\d,]*(?:\.\d+)?)\b",
+    r"\**(-?\d[\d,]*(?:\.\d+)?)\b",
     re.IGNORECASE,
 )
+_POINTERS = frozenset({"see", "above", "below", "as", "shown", "earlier", "previous", "same"})
 _LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")  # "9-3" ends in 3, "x = -3" in -3
 
 
@@ -134,9 +135,24 @@ def _stated(text: str, start: int) -> str:
     line_end = text.find("\n", start)
     rest = text[start : line_end if line_end >= 0 else len(text)]
     if rest.strip().strip("*") in ("", "$$", "\\["):
-        display = _DISPLAY_AFTER.match(text, start)
+        opener = start + len(rest) - len(rest.lstrip(" \t*"))  # at the display's opener, or the line's end
+        display = _DISPLAY_AFTER.match(text, opener)
         return _tidy(next(g for g in display.groups() if g is not None)) if display else ""
     return _tidy(rest)
+
+
+def _holds_math(text: str) -> bool:
+    """A digit or a math character: what GSM8K's "#### 72" holds and a Markdown "#### Heading" does not."""
+    return any(c.isdigit() or c in "$\\^_={}()[]/+-*<>|" for c in text)
+
+
+def _answer_like(text: str) -> bool:
+    """Whether a statement reads as an answer: it holds a digit or math, or is at most two words that do not point
+    elsewhere ("Monday", "no solution"; not "see above", not "consistent with the constraints")."""
+    if _holds_math(text):
+        return True
+    words = [w.strip(".,:;!*").lower() for w in text.split()]
+    return len(words) <= 2 and not _POINTERS.intersection(words)
 
 
 def _phrases(text: str) -> list[_Found]:
@@ -146,7 +162,7 @@ def _phrases(text: str) -> list[_Found]:
     for m in _ANSWER_PHRASE.finditer(text):
         last[EXPLICIT if m.group("final") or m.group("final2") else PLAIN] = m
     found = [_Found(tier, m.start(), _stated(text, m.end())) for tier, m in last.items()]
-    return sorted((f for f in found if f.text), key=lambda f: f.at)
+    return sorted((_weighed(f) for f in found if f.text), key=lambda f: f.at)
 
 
 def _answer_lines(text: str) -> list[_Found]:
@@ -166,7 +182,13 @@ def _answer_lines(text: str) -> list[_Found]:
     if heading is not None:  # the statement starts at the next non-blank character
         start = len(text) - len(text[heading.end() :].lstrip())
         found.append(_Found(EXPLICIT, heading.start(), _stated(text, start)))
-    return sorted((f for f in found if f.text), key=lambda f: f.at)
+    return sorted((_weighed(f) for f in found if f.text), key=lambda f: f.at)
+
+
+def _weighed(found: _Found) -> _Found:
+    """A statement of the final answer that does not read as one ("the final answer is consistent with the
+    constraints", "Final Answer: see above") is only plain: a box or another explicit answer beats it."""
+    return found._replace(tier=PLAIN) if found.tier == EXPLICIT and not _answer_like(found.text) else found
 
 
 def _last_match(pattern: re.Pattern[str], text: str, tier: int) -> list[_Found]:
@@ -196,7 +218,7 @@ def _checked(extractors: Iterable[str]) -> tuple[str, ...]:
     unknown = [name for name in names if name not in EXTRACTORS]
     if unknown or not names:
         what = f"unknown answer extractor(s) {unknown}" if unknown else f"no answer extractors in {extractors!r}"
-        raise ValueError(f"{what}; valid (a non-empty tuple, tried in order): {', '.join(EXTRACTORS)}")
+        raise ValueError(f"{what}; valid (a non-empty tuple; the order breaks ties): {', '.join(EXTRACTORS)}")
     return names
 
 
@@ -210,7 +232,7 @@ def _find(name: str, window: str) -> list[_Found]:
     if name == "final_answer_phrase":
         return _phrases(window)
     if name == "hashes":
-        return _last_match(_HASHES_LINE, window, EXPLICIT)
+        return [f for f in _last_match(_HASHES_LINE, window, EXPLICIT) if _holds_math(f.text)]
     if name == "answer_tag":
         return _answer_tag(window)
     return _last_number(window)

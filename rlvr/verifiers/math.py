@@ -9,7 +9,8 @@ has NO_ANSWER by default (the opt-in `last_number` extractor is the lenient rule
 
 Several answers: boxes that only separators part (`\\boxed{1}, \\boxed{2}`, `$\\boxed{1}$ and $\\boxed{2}$`) are one
 answer, "1, 2"; and when the gold lists n answers and the completion boxed them apart (one box each, with reasoning
-between), its last n boxes are read together.
+between), its last n boxes are read together, unless the text between them takes one back ("not", "wrong",
+"instead", "only", ...).
 
 Conventions where answers are ambiguous (documented so the reward is predictable):
 - Percent signs are dropped before comparing: `50\\%` equals `50`, not `0.5` (the MATH convention).
@@ -23,7 +24,8 @@ NO_ANSWER, or TIMEOUT when math_verify did not finish within its work budget, `W
 for both parses and the comparison (counted by `sys.settrace` in the calling thread, so it also holds off the main
 thread, where math_verify's SIGALRM timeouts fail; those are off). A parse is cached with its count, and a pair that
 reuses it pays that count again, so a pair's total is what it costs from scratch. Counts still depend a little on
-what the process did before (the parser's tables and sympy's caches warm up), so the budget sits far above what the
+what the process did before (the parser's tables and sympy's caches warm up) and on Python's hash seed (each
+worker has its own: a few hundred calls in 100,000), so the budget sits far above what the
 tests' corpus needs (its heaviest pair makes under a third of it in a fresh process) and far below what slow inputs
 make: a verdict near the limit is the only one that could differ between processes. The one-off start-up work
 (imports, parsing tables) is done by `warm_up`, uncounted, when a verifier worker starts. The worker pool's
@@ -43,6 +45,8 @@ compared as a normalized string only -- when:
   So `9^{9^{9}}`, `10^{10^{10}}`, `99999999!`, `\\prod_{i=1}^{10^9} i` and `2^{2^{2^{2^{2}}}}` are
   refused while `2^{10}`, `2^{2023}`, `100!`, `\\binom{30}{15}` and `e^{-x^2}` are not; a symbolic
   tower such as `x^{y^{z}}` is (letters count as 10);
+- it raises something symbolic (a letter, function or bracket) to a power above `MAX_SYMBOLIC_EXPONENT`:
+  `(x+1)^{1000}` and `\\sin(x)^{100}` expand for seconds in few Python calls, out of reach of the work budget;
 - it uses what the parser evaluates eagerly, out of reach of the estimate: `\\operatorname{...}`
   (matrix constructors such as `zeros(n, n)`) and substitution bars `f|_{x=a}`.
 What sympy still does slowly (simplifying, solving, parsing a long answer with its Python ANTLR parser) is Python
@@ -80,6 +84,8 @@ from rlvr.verifiers.extraction import (  # noqa: F401 (DEFAULT_EXTRACT, EXTRACTO
 MAX_ANSWER_CHARS = 500  # longer extracted answers skip math_verify (string comparison only)
 MAX_NESTING = 20  # deeper bracket / argument nesting skips math_verify
 MAX_DIGITS = 10_000  # answers that could evaluate to a number with more digits skip math_verify
+MAX_GOLD_WORDS = 4  # a gold answer with more words (outside LaTeX commands) is prose, not an answer (check_gold)
+MAX_SYMBOLIC_EXPONENT = 30  # a letter, function or bracket raised to a larger power skips math_verify
 WORK_CALLS = 1_000_000  # Python calls math_verify may make for one pair: both parses and the comparison
 _NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"  # unambiguous: no backtracking over a digit run
 _NUMBER = re.compile(_NUM)
@@ -92,6 +98,8 @@ _TRAILING_TEXT = re.compile(r"(?<=\S)\s*\\(?:text|mbox|mathrm)\{[^{}]{0,100}\}(?
 # "42 apples", "60 km/h", "2,000 people"
 _TRAILING_WORDS = re.compile(rf"([+-]?\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|{_NUM}) [A-Za-z][A-Za-z/]{{1,20}}(?: [A-Za-z/]{{1,20}}){{0,3}}")
 _SPACES = re.compile(r"\s+")
+_COMMAND = re.compile(r"\\[A-Za-z]+")  # a LaTeX command name
+_WORD = re.compile(r"[A-Za-z]{2,}")
 _NEGATIVE_SPACE = re.compile(r"\\!\s*")
 
 
@@ -123,6 +131,11 @@ def normalize(answer: str) -> str:
 
 _TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\d+(?:\.\d+)?|\s+|.", re.DOTALL)  # one token per match
 # evaluated while parsing: \operatorname{zeros}(n, n) and the like; substitution f|_{x=a}
+# a power of something symbolic: sympy expands (x+1)^{1000} or \\sin(x)^{100} in few Python calls but many seconds
+# words that take back a boxed answer before the next one
+_RETRACTED = re.compile(r"\b(?:not|no|wrong|incorrect|mistake|instead|actually|only|wait|oops|rather)\b", re.IGNORECASE)
+_LIMITS = re.compile(r"\\(?:sum|prod|int|iint|oint)[ \t]*(?:_(?:\{[^{}]*\}|\S))?[ \t]*(?:\^(?:\{[^{}]*\}|\S))?")  # not powers
+_SYMBOLIC_POWER = re.compile(r"(?:[A-Za-z)\]}]|\\[A-Za-z]+)[ \t]*(?:\^|\*\*)[ \t]*[{(]?[ \t]*(\d{1,9})")
 _EAGER = re.compile(r"\\operatorname|(?:\||\\[lr]?vert)\s*[_^]\s*\{[^{}]*=")
 _OPEN = frozenset("{([") | {"\\{", "\\lbrace", "\\langle", "\\lfloor", "\\lceil", "\\lgroup"}
 _CLOSE = frozenset("})]") | {"\\}", "\\rbrace", "\\rangle", "\\rfloor", "\\rceil", "\\rgroup"}
@@ -216,8 +229,8 @@ class _Estimate:
             return _LOG10_2
         tok = self.toks[self.i]
         self.i += 1
-        if tok[0].isdigit():
-            digits = math.log10(max(int(tok), 2)) if tok.isdigit() and len(tok) < 16 else float(len(tok))
+        if tok[0].isdecimal():  # ("²".isdigit() is True, but int("²") fails)
+            digits = math.log10(max(int(tok), 2)) if tok.isdecimal() and len(tok) < 16 else float(len(tok))
             if self.toks[self.i : self.i + 1] in (["e"], ["E"]):  # 1e99999: 10^99999
                 j = self.i + 1 + (self.toks[self.i + 1 : self.i + 2] in (["-"], ["+"]))
                 if j < len(self.toks) and self.toks[j].isdigit():
@@ -256,6 +269,8 @@ class _Estimate:
 def _refused(answer: str) -> bool:
     """True if sympy must not see `answer` (the rules in the module docstring)."""
     if _EAGER.search(answer):
+        return True
+    if any(int(m[1]) > MAX_SYMBOLIC_EXPONENT for m in _SYMBOLIC_POWER.finditer(_LIMITS.sub(" ", answer))):
         return True
     estimate = _Estimate(answer)
     try:
@@ -425,10 +440,14 @@ def _judge(completion: str, answer: str, extract: Iterable[str]) -> Outcome:
     outcome = _equivalent_normalized(normalize(extracted), gold)
     n = _items(gold)
     if outcome is Outcome.INCORRECT and name == "boxed" and n > 1 and _items(normalize(extracted)) < n:
-        # the gold lists n answers and the completion boxed them one by one, apart: its last n boxes are the answer
-        last = [content for _, content, _ in boxes(completion[-SCAN_CHARS:])][-n:]
-        if len(last) == n and all(_items(normalize(box)) == 1 for box in last):
-            outcome = _equivalent_normalized(normalize(", ".join(last)), gold)
+        # the gold lists n answers and the completion boxed them one by one, apart: its last n boxes are the answer,
+        # unless the text between them takes one back ("\boxed{1}. That's wrong; the only root is \boxed{2}")
+        window = completion[-SCAN_CHARS:]
+        last = boxes(window)[-n:]
+        between = [window[left[2] : right[0]] for left, right in zip(last, last[1:])]
+        if (len(last) == n and all(_items(normalize(content)) == 1 for _, content, _ in last)
+                and not any(_RETRACTED.search(gap) for gap in between)):  # fmt: skip
+            outcome = _equivalent_normalized(normalize(", ".join(content for _, content, _ in last)), gold)
     return outcome
 
 
@@ -448,11 +467,15 @@ def verify(completion: str, answer: str, *, extract: Iterable[str] = DEFAULT_EXT
 
 def check_gold(answer: str) -> Outcome:
     """The verdict on a perfect completion for this gold answer: `The final answer is $\\boxed{answer}$.`. NO_ANSWER
-    when the gold is not an answer at all: empty, several lines, longer than MAX_ANSWER_CHARS, or a solution that
-    still holds its own `\\boxed{}` or `####` (data.answer_extract reduces a solution to its answer)."""
+    when the gold is not an answer at all: empty, several lines, longer than MAX_ANSWER_CHARS, a solution that still
+    holds its own `\\boxed{}` or `####` (data.answer_extract reduces a solution to its answer), a question, or prose
+    (more than MAX_GOLD_WORDS words outside LaTeX commands: a question or a solution's sentence, as when
+    data.answer_key names the wrong field)."""
     text = answer.strip()
     solution = "####" in text or any(command in text for command in BOX_COMMANDS)
-    if not text or "\n" in text or len(text) > MAX_ANSWER_CHARS or solution:
+    if not text or "\n" in text or len(text) > MAX_ANSWER_CHARS or solution or text.endswith("?"):
+        return Outcome.NO_ANSWER
+    if len(_WORD.findall(_COMMAND.sub(" ", text))) > MAX_GOLD_WORDS:
         return Outcome.NO_ANSWER
     return verify(f"The final answer is $\\boxed{{{text}}}$.", answer)
 
