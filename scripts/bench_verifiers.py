@@ -2,12 +2,17 @@
 
     OMP_NUM_THREADS=1 python scripts/bench_verifiers.py [--n 2000] [--workers 2] [--reps 3]
     OMP_NUM_THREADS=1 python scripts/bench_verifiers.py --per-pair [--reps 3]
+    python scripts/bench_verifiers.py --reward-step
 
 --per-pair times each pair of the tests' corpus (tests/math_pairs.py) and of one generated batch (below) in this
 process, one `verify` call each, with the verifier's own caches emptied before it (after the one-off warm-up): the
 median, p99 and max over the pairs (each pair's median over --reps passes), and the verdicts that differ from the
 corpus's expected ones. It runs against any version of the verifier on the path (PYTHONPATH=<old checkout> for a
 before/after comparison on the same pairs).
+
+--reward-step times `Rewarder.score` on a batch of the main job's shape (DAPO's 64 prompts x 8 samples, the built-in
+arithmetic verifier in process, overlong shaping): the median of 30 calls. RECIPES_DIR=<old checkout>/recipes with
+PYTHONPATH=<old checkout> times an older version against its own recipe tree.
 
 A batch looks like a rollout: n / 16 prompts with 16 completions each, a few hundred characters of
 reasoning ending in a boxed answer written as the ground truth, another spelling of it (fraction vs
@@ -103,9 +108,39 @@ def per_pair(reps: int) -> None:
                       "max_ms": each[-1] * 1e3, "corpus_wrong": len(wrong), "corpus": len(PAIRS)}))  # fmt: skip
 
 
+def reward_step() -> None:
+    """The main job's reward time per step (module docstring)."""
+    import os
+
+    from hydra import compose, initialize_config_dir
+
+    from rlvr.cli import RECIPES
+    from rlvr.config import VerifierName, validate
+    from rlvr.rewards import Rewarder
+    from rlvr.types import Completion
+
+    with initialize_config_dir(config_dir=os.environ.get("RECIPES_DIR", RECIPES), version_base=None):
+        cfg = validate(compose("config", overrides=["recipe=dapo", "trainer.output_dir=/tmp/unused"]))
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=VerifierName.arithmetic)
+    rng = random.Random(0)
+    n = cfg.algo.prompts_per_step * cfg.algo.group_size
+    lengths = [rng.randint(1, 6) for _ in range(n)]
+    completions = [Completion(prompt_ids=[1], token_ids=[1] * k, text=str(rng.randint(0, 200)), finish_reason="stop",
+                              engine_logprobs=[0.0] * k) for k in lengths]  # fmt: skip
+    answers = [str(rng.randint(0, 200)) for _ in range(n)]
+    times = []
+    for _ in range(30):
+        start = time.perf_counter()
+        rewarder.score(completions, answers)
+        times.append(time.perf_counter() - start)
+    rewarder.close()
+    print(f"{n} completions: median reward time per step {statistics.median(times) * 1e3:.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-pair", action="store_true", help="time each pair in this process (docstring)")
+    parser.add_argument("--reward-step", action="store_true", help="the main job's reward time per step (docstring)")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
@@ -114,6 +149,9 @@ def main() -> None:
     print("command:", shlex.join([sys.executable, *sys.argv]))
     if args.per_pair:
         per_pair(args.reps)
+        return
+    if args.reward_step:
+        reward_step()
         return
     start = time.perf_counter()
     with VerifierPool("rlvr.verifiers.math:verify", workers=args.workers, timeout_s=args.timeout_s) as pool:

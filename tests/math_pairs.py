@@ -1,5 +1,5 @@
 """Answer pairs written for rlvr's own tests of the math verifier (not taken from any other project's test files):
-(completion, gold, expected Outcome value). Shared by the determinism test and scripts/bench_verifiers.py --pairs."""
+(completion, gold, expected Outcome value). Shared by the determinism test and scripts/bench_verifiers.py --per-pair."""
 
 from __future__ import annotations
 
