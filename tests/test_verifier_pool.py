@@ -112,3 +112,9 @@ def test_load_function_errors_name_the_path() -> None:
         VerifierPool("no_such_module_xyz:f", workers=2, timeout_s=TIMEOUT_S)
     with pytest.raises(ValueError, match="cannot be sent"):
         VerifierPool(lambda c, a: 1.0, workers=2, timeout_s=TIMEOUT_S)
+
+
+def test_each_worker_runs_its_verifier_modules_warm_up_before_the_first_sample() -> None:
+    # (in-process, workers=0, nothing is started: the verifier warms up lazily itself, as the math one does)
+    with VerifierPool("user_rewards:fake_verifier_needs_warm_up", workers=2, timeout_s=TIMEOUT_S) as pool:
+        assert pool.score([("a", "a")] * 4) == ([C] * 4, PoolStats())

@@ -58,3 +58,17 @@ def fake_verifier_gives_up(completion: str, answer: str) -> Outcome:
     if completion == "slow":
         return Outcome.TIMEOUT
     return exact(completion, answer)
+
+
+_warmed_up = False
+
+
+def warm_up() -> None:
+    """What a verifier worker calls as it starts (rlvr.verifiers.pool): here it only records that it was called."""
+    global _warmed_up
+    _warmed_up = True
+
+
+def fake_verifier_needs_warm_up(completion: str, answer: str) -> Outcome:
+    """A fake verifier that is CORRECT only in a process whose `warm_up` ran before it."""
+    return Outcome.CORRECT if _warmed_up else Outcome.INCORRECT
