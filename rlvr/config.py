@@ -63,6 +63,7 @@ class Task(str, enum.Enum):
     arithmetic = "arithmetic"  # the built-in 2-digit addition task
     file = "file"  # the user's dataset: data.path (a .jsonl/.json/.parquet/.csv file, or a hub dataset id)
     gym = "gym"  # a reasoning-gym procedural dataset: data.name, scored by its own score_answer
+    code = "code"  # programs scored by running their tests: data.name = functions (rlvr's own) | humaneval
 
 
 class PromptFormat(str, enum.Enum):
@@ -122,6 +123,12 @@ class VerifierName(str, enum.Enum):
     math = "math"  # boxed / "Answer:" / "####" answers, math-verify equivalence
     countdown = "countdown"
     gym = "gym"  # reasoning-gym's score_answer on the <answer> tag; correct only at score 1.0
+    code = "code"  # the completion's last ```python block run against the row's tests, in a sandbox
+
+
+class CodeSandbox(str, enum.Enum):
+    bwrap = "bwrap"  # bubblewrap namespaces + the harness's limits and seccomp filter (rlvr.verifiers.sandbox)
+    none = "none"  # the harness's limits and filter only, with the user's rights: for machines without user namespaces
 
 
 @dataclass
@@ -205,12 +212,20 @@ class DataConfig:
     size: int = MISSING  # task=gym: training examples generated
     seed: int = MISSING  # task=gym: generator seed (held-out examples use another, derived from it)
     options: dict[str, Any] | None = MISSING  # task=gym: the dataset's own options; null = its defaults
+    tests_key: str | None = MISSING  # task=file: the column with each row's tests (a code dataset); null = answers
 
 
 @dataclass
 class RewardTerm:
     fn: str = MISSING  # "package.module:function", (completion, answer) -> Outcome | float
     weight: float = MISSING
+
+
+@dataclass
+class CodeConfig:
+    sandbox: CodeSandbox = MISSING
+    time_limit_s: float = MISSING  # CPU seconds per test
+    memory_mb: int = MISSING  # address space per process
 
 
 @dataclass
@@ -227,6 +242,7 @@ class RewardConfig:
     workers: int = MISSING  # verifier worker processes; 0 = in-process, no timeout
     timeout_s: float = MISSING  # per-sample wall-clock limit
     gold_check: float = MISSING  # share of gold answers that must score CORRECT before any model loads; 0 = skip
+    code: CodeConfig = field(default_factory=CodeConfig)  # the code verifier's sandbox and limits
 
 
 @dataclass
@@ -368,6 +384,9 @@ def auto_or(section: Any, prefix: str, name: str, kind: type, minimum: int | Non
         raise ConfigError(f"{prefix}.{name} must be auto or {what}{f' ({note})' if note else ''}, got {value!r}")
 
 
+CODE_TASKS = ("functions", "humaneval")  # data.task=code: rlvr.tasks.code's sets
+
+
 def check(cfg: Config) -> None:
     """Cross-field checks: each error names the key(s) at fault."""
     a, r, t = cfg.algo, cfg.rollout, cfg.trainer
@@ -439,6 +458,13 @@ def check(cfg: Config) -> None:
         raise ConfigError("data.path must name a dataset file (or a hub dataset id) when data.task=file")
     if cfg.data.task is Task.gym and not cfg.data.name:
         raise ConfigError("data.name must name a reasoning-gym dataset (e.g. chain_sum) when data.task=gym")
+    if cfg.data.task is Task.code and cfg.data.name not in CODE_TASKS:
+        raise ConfigError(f"data.name must be one of {', '.join(CODE_TASKS)} when data.task=code, got {cfg.data.name!r}")
+    c = cfg.reward.code
+    if c.time_limit_s <= 0 or c.memory_mb < 64 or c.time_limit_s >= cfg.reward.timeout_s:
+        raise ConfigError(f"reward.code.time_limit_s must be > 0 and below reward.timeout_s (the whole sample's wall-clock "
+                          f"limit), and reward.code.memory_mb >= 64; got {c.time_limit_s}, {cfg.reward.timeout_s}, "
+                          f"{c.memory_mb}")  # fmt: skip
     if "{prompt}" not in cfg.data.prompt_template:
         raise ConfigError(f"data.prompt_template must contain {{prompt}}, got {cfg.data.prompt_template!r}")
     if cfg.reward.extract is not None and not cfg.reward.extract:

@@ -36,18 +36,27 @@ def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierNa
         assert cfg.name, "config.check requires data.name when data.task=gym"
         train, held_out = gym.examples(cfg.name, size=cfg.size, eval_size=cfg.eval_size, seed=cfg.seed, options=cfg.options)
         return train, held_out, VerifierName.gym
+    if cfg.task is Task.code:
+        from rlvr.tasks import code  # its own module: the record forms, HumanEval, rlvr's functions
+
+        if cfg.name == "humaneval":
+            problems = code.humaneval_examples()
+            cut = max(len(problems) - cfg.eval_size, 0)  # all 164 held out is `rlvr eval`'s use
+            return problems[:cut], problems[cut:], VerifierName.code
+        return (*code.functions_examples(cfg.size, cfg.eval_size, cfg.seed), VerifierName.code)
     if cfg.task is Task.file:
         assert cfg.path, "config.check requires data.path when data.task=file"
         examples = read_examples(cfg.path, "data.path", cfg)
+        verifier = VerifierName.math if cfg.tests_key is None else VerifierName.code
         if cfg.eval_path:
             held_out = read_examples(cfg.eval_path, "data.eval_path", cfg)
-            return examples, held_out[: cfg.eval_size], VerifierName.math
+            return examples, held_out[: cfg.eval_size], verifier
         if cfg.eval_size >= len(examples):
             raise ConfigError(
                 f"data.eval_size ({cfg.eval_size}) leaves no training rows: {cfg.path} has {len(examples)} rows "
                 f"and the last data.eval_size are held out for evaluation; lower data.eval_size or set data.eval_path"
             )
-        return examples[: -cfg.eval_size], examples[-cfg.eval_size :], VerifierName.math
+        return examples[: -cfg.eval_size], examples[-cfg.eval_size :], verifier
     raise AssertionError(f"unhandled task {cfg.task}")
 
 
@@ -55,18 +64,22 @@ def read_examples(path: str, key: str, cfg: DataConfig) -> list[Example]:
     """Every row of a dataset file (or hub dataset) as an Example; `key` is the config key that named it.
 
     The prompt field holds a string or a list of chat messages; the answer field a string or a number, reduced to
-    its final answer by data.answer_extract (a GSM8K "#### 72" or a MATH \\boxed{...} solution).
+    its final answer by data.answer_extract (a GSM8K "#### 72" or a MATH \\boxed{...} solution). With data.tests_key
+    the row's tests (and the columns that go with them) become the code verifier's test record instead.
     """
-    prompt_key, answer_key = cfg.prompt_key, cfg.answer_key
-    unit, rows = _read_rows(path, key, (prompt_key, answer_key), cfg.split, cfg.subset)
+    prompt_key, answer_key = cfg.prompt_key, cfg.tests_key or cfg.answer_key
+    unit, rows = _read_rows(path, key, (prompt_key, answer_key), cfg.split, cfg.subset, every_column=bool(cfg.tests_key))
     if not rows:
         raise ConfigError(f"{key}: {path} has no rows")
     name = Path(path).name if Path(path).expanduser().exists() else path  # a hub id names itself
     examples, first_problem, bad = [], "", 0
     for n, row in rows:
-        problem = row if isinstance(row, str) else _row_problem(row, prompt_key, answer_key)
-        answer = None
-        if not problem:
+        problem = row if isinstance(row, str) else _row_problem(row, prompt_key, answer_key, code=bool(cfg.tests_key))
+        answer = gold = None
+        if not problem and cfg.tests_key:
+            assert isinstance(row, dict)
+            answer, gold, problem = _tests(row, cfg.tests_key)
+        elif not problem:
             assert isinstance(row, dict)
             answer = final_answer(row[answer_key], cfg.answer_extract)
             if answer is None:
@@ -78,14 +91,26 @@ def read_examples(path: str, key: str, cfg: DataConfig) -> list[Example]:
         assert isinstance(row, dict) and answer is not None
         prompt = row[prompt_key]
         if isinstance(prompt, str):
-            examples.append(Example(f"{name}:{n}", prompt, answer))
+            examples.append(Example(f"{name}:{n}", prompt, answer, gold=gold))
         else:
             messages = tuple({"role": m["role"], "content": m["content"]} for m in prompt)
             last_user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
-            examples.append(Example(f"{name}:{n}", last_user, answer, messages=messages))
+            examples.append(Example(f"{name}:{n}", last_user, answer, messages=messages, gold=gold))
     if bad:
         raise ConfigError(f"{key}: {path} {first_problem} ({bad} of {len(rows)} {unit}s have problems)")
     return examples
+
+
+def _tests(row: dict[str, Any], tests_key: str) -> tuple[str | None, str | None, str | None]:
+    """(the row's test record as the code verifier's answer, its short text for people, None), or (None, None, why it
+    cannot be read)."""
+    from rlvr.tasks import code
+
+    try:
+        record = code.record_from_row(row, tests_key)
+    except ValueError as e:
+        return None, None, f"{e} (data.tests_key)"
+    return code.encode(record), code.describe(record), None
 
 
 def final_answer(value: str | int | float, mode: AnswerExtract) -> str | None:
@@ -101,9 +126,10 @@ def final_answer(value: str | int | float, mode: AnswerExtract) -> str | None:
     return extract_answer(text, extractors=("boxed",))
 
 
-def _row_problem(row: dict[str, Any], prompt_key: str, answer_key: str) -> str | None:
-    """Why one row cannot be an Example, or None if it can."""
-    for field, option in ((prompt_key, "data.prompt_key"), (answer_key, "data.answer_key")):
+def _row_problem(row: dict[str, Any], prompt_key: str, answer_key: str, code: bool = False) -> str | None:
+    """Why one row cannot be an Example, or None if it can (`code`: answer_key is data.tests_key, read elsewhere)."""
+    answer_option = "data.tests_key" if code else "data.answer_key"
+    for field, option in ((prompt_key, "data.prompt_key"), (answer_key, answer_option)):
         if field not in row:
             return f"no field '{field}' ({option}); the row has: {', '.join(map(str, row)) or 'no fields'}"
     prompt, answer = row[prompt_key], row[answer_key]
@@ -111,6 +137,8 @@ def _row_problem(row: dict[str, Any], prompt_key: str, answer_key: str) -> str |
         return _messages_problem(prompt, prompt_key)
     if not isinstance(prompt, str) or not prompt.strip():
         return f"field '{prompt_key}' (data.prompt_key) must be a non-empty string or a list of chat messages, got {_show(prompt)}"
+    if code:
+        return None
     nan = isinstance(answer, float) and math.isnan(answer)  # a null in a pandas-written float column
     if answer is None or nan or (isinstance(answer, str) and not answer.strip()):
         return f"field '{answer_key}' (data.answer_key) is empty: got {_show(answer)}"
@@ -140,12 +168,14 @@ def _show(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
-def _read_rows(path: str, key: str, columns: tuple[str, str], split: str, subset: str | None) -> tuple[str, Rows]:
-    """("line" | "row", the raw rows) of a local file by its extension, or of a hub dataset id."""
+def _read_rows(path: str, key: str, columns: tuple[str, str], split: str, subset: str | None,
+               every_column: bool = False) -> tuple[str, Rows]:  # fmt: skip
+    """("line" | "row", the raw rows) of a local file by its extension, or of a hub dataset id (`every_column`: keep
+    the columns besides `columns`, which a code dataset's tests read)."""
     file = Path(path).expanduser()
     suffix = file.suffix.lower()
     if not file.exists() and HUB_ID.fullmatch(path) and suffix not in SUPPORTED:
-        return "row", _read_table(path, key, columns, "hub", split, subset)
+        return "row", _read_table(path, key, columns, "hub", split, subset, every_column)
     try:
         with file.open("rb") as f:
             data = f.read() if suffix in (".jsonl", ".json") else b""  # datasets reads the others itself
@@ -156,7 +186,7 @@ def _read_rows(path: str, key: str, columns: tuple[str, str], split: str, subset
     if suffix == ".json":
         return _json_rows(data, path, key)
     if suffix in (".parquet", ".csv"):
-        return "row", _read_table(path, key, columns, suffix, split, subset)
+        return "row", _read_table(path, key, columns, suffix, split, subset, every_column)
     raise ConfigError(f"{key}: {path} has an unsupported extension '{file.suffix}'; supported: {', '.join(SUPPORTED)}")
 
 
@@ -201,7 +231,8 @@ def _object(row: Any) -> dict[str, Any] | str:
     return row if isinstance(row, dict) else f"expected a JSON object, got {_show(row)}"
 
 
-def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split: str, subset: str | None) -> Rows:
+def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split: str, subset: str | None,
+                every_column: bool = False) -> Rows:  # fmt: skip
     """The rows of a `datasets` table (kind: ".parquet", ".csv" or "hub"), after checking it has `columns`."""
     import datasets  # slow to import; only file tasks need it
     import pyarrow.parquet
@@ -233,11 +264,11 @@ def _read_table(path: str, key: str, columns: tuple[str, str], kind: str, split:
                 f"{reason}; a local file must exist and end in {', '.join(SUPPORTED)}"
             ) from None
         raise ConfigError(f"{key}: cannot read {path} as {kind.lstrip('.')}: {reason}") from None
-    for field, option in zip(columns, ("data.prompt_key", "data.answer_key")):
+    for field, option in zip(columns, ("data.prompt_key", "data.tests_key" if every_column else "data.answer_key")):
         if field not in table.column_names:
             its = ", ".join(table.column_names)
             raise ConfigError(f"{key}: {path} has no column '{field}' ({option}); its columns: {its}")
-    return list(enumerate(table.select_columns(list(dict.fromkeys(columns))).to_list(), 1))
+    return list(enumerate((table if every_column else table.select_columns(list(dict.fromkeys(columns)))).to_list(), 1))
 
 
 class PromptStream:

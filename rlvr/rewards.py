@@ -11,16 +11,17 @@ one whose verifier call raises gets the "no answer" reward and is counted in `ve
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
-from rlvr import algo
-from rlvr.config import AlgoConfig, ConfigError, RewardConfig, VerifierName
+from rlvr import algo, console
+from rlvr.config import AlgoConfig, CodeSandbox, ConfigError, RewardConfig, VerifierName
 from rlvr.types import Completion
-from rlvr.verifiers import Outcome
-from rlvr.verifiers.pool import Result, VerifierPool, load_function
+from rlvr.verifiers import Outcome, Verdict
+from rlvr.verifiers.pool import Result, Scored, VerifierPool, load_function
 
 
 class Verifier(NamedTuple):
@@ -30,6 +31,7 @@ class Verifier(NamedTuple):
     score: str | None = None  # (completion, answer) -> float in [0, 1]: partial credit (reward.partial)
     extractors: bool = False  # verify / score / extract take the reward.extract list (`extract=` / `extractors=`)
     in_process: bool = False  # bounded by construction: runs here, not in the worker pool (reward.workers ignored)
+    judge: str | None = None  # (completion, answer, **reward.code) -> Verdict, run in the pool in place of verify/score
 
 
 VERIFIERS = {
@@ -41,6 +43,8 @@ VERIFIERS = {
                                      "rlvr.verifiers.countdown:check_gold"),
     VerifierName.gym: Verifier("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract", "rlvr.verifiers.gym:check_gold",
                                score="rlvr.verifiers.gym:score", extractors=True),
+    VerifierName.code: Verifier("rlvr.verifiers.code:verify", "rlvr.verifiers.code:extract", "rlvr.verifiers.code:check_gold",
+                                score="rlvr.verifiers.code:score", judge="rlvr.verifiers.code:judge"),
 }
 
 
@@ -59,6 +63,10 @@ class Rewarder:
             raise ConfigError(f"reward.extract chooses where the math and gym verifiers find the answer; this run's "
                               f"verifier is {name}: set reward.extract=null")  # fmt: skip
         primary: str | Callable = str(cfg.fn) if spec is None else str(spec.score) if cfg.partial else spec.verify
+        self.details: tuple[str, ...] = ()  # the judge's details, counted in reward/detail/<detail>
+        if spec is not None and spec.judge is not None:
+            primary = functools.partial(load_function(spec.judge), **_code_options(cfg))
+            self.details = importlib.import_module(spec.judge.partition(":")[0]).DETAILS
         self.extract_fn: Callable[[str], str | None] | None = None if spec is None else load_function(spec.extract)
         if spec is not None and cfg.extract is not None:  # the answer extractors (the order breaks ties)
             extract = tuple(e.value for e in cfg.extract)
@@ -77,6 +85,19 @@ class Rewarder:
         for pool in self.pools:  # the workers import their functions while the models load; the first score waits
             pool.start(wait=False)
 
+    def _unpack(self, scored: list[Scored]) -> tuple[list[Result], dict[str, float]]:
+        """A judge's Verdicts as the results the rest of rlvr reads (the outcome; its score with reward.partial) and
+        their details as metrics: the share of each detail, and the asserts judged inside the sandbox."""
+        if not self.details:
+            return [s.outcome if isinstance(s, Verdict) else s for s in scored], {}
+        verdicts = [s if isinstance(s, Verdict) else None for s in scored]
+        n = max(len(scored), 1)
+        metrics = {f"reward/detail/{d}": sum(v is not None and v.detail == d for v in verdicts) / n for d in self.details}
+        metrics["reward/detail/inner_checks"] = float(sum(v.inner_checks for v in verdicts if v is not None))
+        results: list[Result] = [s if v is None else v.score if self.partial else v.outcome  # type: ignore[misc]
+                                 for s, v in zip(scored, verdicts)]  # fmt: skip
+        return results, metrics
+
     def value(self, result: Result) -> float:
         """An Outcome through the reward table; a float score as it is."""
         return self._values[result] if isinstance(result, Outcome) else result
@@ -94,7 +115,7 @@ class Rewarder:
 
     def judge(self, texts: list[str], answers: list[str]) -> list[Result]:
         """The primary verifier's results alone (evaluation)."""
-        return self.primary.score(list(zip(texts, answers)))[0]
+        return self._unpack(self.primary.score(list(zip(texts, answers)))[0])[0]
 
     def extract(self, text: str) -> str | None:
         """The answer the verifier reads in a completion (None: none found, or a user function that does not say)."""
@@ -106,7 +127,8 @@ class Rewarder:
         """(rewards [n], correct [n] in {0, 1}, metrics, the primary verifier's results) for completions and their
         ground truths."""
         pairs = [(c.text, a) for c, a in zip(completions, answers)]
-        results, stats = self.primary.score(pairs)
+        scored, stats = self.primary.score(pairs)
+        results, detail_metrics = self._unpack(scored)
         rewards = torch.tensor([self.value(r) for r in results])  # [n]
         correct = torch.tensor([float(self.is_correct(r)) for r in results])  # [n]
         # a timeout is every TIMEOUT result: the pool's own (stats.timeouts) and a verifier's that gave up by itself
@@ -116,9 +138,11 @@ class Rewarder:
             "verifier/errors": float(stats.errors),
             "reward/no_answer_frac": sum(r is Outcome.NO_ANSWER for r in results) / max(len(results), 1),
             "reward/timeout_frac": timeouts / max(len(results), 1),
+            **detail_metrics,
         }
         for name, weight, pool in self.terms:
-            term_results, term_stats = pool.score(pairs)
+            term_scored, term_stats = pool.score(pairs)
+            term_results = [r.outcome if isinstance(r, Verdict) else r for r in term_scored]
             term = torch.tensor([self.value(r) for r in term_results])  # [n]
             rewards = rewards + weight * term
             metrics[f"reward/term/{name}"] = term.mean().item()
@@ -137,6 +161,25 @@ class Rewarder:
     def close(self) -> None:
         for pool in self.pools:
             pool.close()
+
+
+def _code_options(cfg: RewardConfig) -> dict:
+    """The code verifier's options from reward.code; checks its sandbox first (refusing to start without one unless
+    reward.code.sandbox=none, which warns)."""
+    from rlvr.verifiers import sandbox
+
+    c = cfg.code
+    if c.sandbox is CodeSandbox.none:
+        console.warn("rlvr: warning: reward.code.sandbox=none: the model's programs run WITHOUT a sandbox, with your "
+                     "rights (only CPU, memory and process limits hold). Use it only where bubblewrap cannot run.")  # fmt: skip
+    else:
+        try:
+            sandbox.check()
+        except sandbox.SandboxError as e:
+            raise ConfigError(f"reward.verifier=code needs a working sandbox: {e}. (reward.code.sandbox=none runs "
+                              f"without one, with your rights.)") from None  # fmt: skip
+    return {"time_limit_s": c.time_limit_s, "memory_mb": c.memory_mb, "max_wall_s": max(cfg.timeout_s - 0.5, cfg.timeout_s * 0.9),
+            "sandbox": c.sandbox is CodeSandbox.bwrap}  # fmt: skip
 
 
 def _pool(key: str, fn: str | Callable, cfg: RewardConfig, in_process: bool = False) -> VerifierPool:

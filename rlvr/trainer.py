@@ -463,7 +463,8 @@ def startup_summary(cfg: Config, recipe: str | None, model_path: str, train_size
     params = settings.model_shape(model_path).num_params
     how = f"a rank-{lora_rank} LoRA adapter trained" if lora_rank else "every weight trained"
     log = "" if cfg.logger.verbose else f" (other libraries' output: {console.LOG_FILE})"
-    task = {Task.gym: f"reasoning-gym {cfg.data.name}", Task.file: cfg.data.path}.get(cfg.data.task, "built-in arithmetic")
+    task = {Task.gym: f"reasoning-gym {cfg.data.name}", Task.file: cfg.data.path,
+            Task.code: f"code {cfg.data.name}"}.get(cfg.data.task, "built-in arithmetic")  # fmt: skip
     world = distributed.world_size()
     return [
         f"rlvr train: {recipe or 'recipe'} | {a.prompts_per_step} prompts x {a.group_size} samples per step, "

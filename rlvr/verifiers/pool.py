@@ -3,7 +3,7 @@
     with VerifierPool("rlvr.verifiers.math:verify", workers=2, timeout_s=5.0) as pool:
         results, stats = pool.score([(completion, answer), ...])
 
-`fn(completion, answer)` returns an `Outcome` or a number (a user reward function may return a
+`fn(completion, answer)` returns an `Outcome`, a `Verdict` (an Outcome with a score and a detail) or a number (a user reward function may return a
 float score). Workers are started once ("spawn": fork is unsafe beside torch / vLLM threads) and
 reused across batches. Work goes out in chunks; a worker reports each result as it finishes, so the
 parent knows when each sample started and kills a worker whose current sample runs past
@@ -38,9 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-from rlvr.verifiers import Outcome
+from rlvr.verifiers import Outcome, Verdict
 
 Result = Outcome | float
+Scored = Outcome | float | Verdict  # what a pool returns: a Verdict where the verifier gives one (rlvr.rewards unpacks it)
 START_TIMEOUT_S = 120.0  # a worker must import `fn` and report ready within this
 MAX_CHUNK = 64  # samples per message; small enough that work spreads evenly over workers
 
@@ -72,9 +73,11 @@ def load_function(path: str) -> Callable:
     return obj
 
 
-def _checked(value: object) -> Result:
-    """An Outcome, or a finite number as float; TypeError for anything else."""
+def _checked(value: object) -> Scored:
+    """An Outcome, a Verdict, or a finite number as float; TypeError for anything else."""
     if isinstance(value, Outcome):
+        return value
+    if isinstance(value, Verdict) and isinstance(value.outcome, Outcome) and 0.0 <= value.score <= 1.0:
         return value
     if isinstance(value, int | float) and math.isfinite(value):
         return float(value)
@@ -174,13 +177,13 @@ class VerifierPool:
             self._kill(w)
         self._workers = []
 
-    def score(self, pairs: list[tuple[str, str]]) -> tuple[list[Result], PoolStats]:
+    def score(self, pairs: list[tuple[str, str]]) -> tuple[list[Scored], PoolStats]:
         """One result per (completion, answer) pair, in order, and the batch's timeout / error counts."""
         stats = PoolStats()
         if self._n_workers == 0:
             return [self._call_here(c, a, stats) for c, a in pairs], stats
         self.start()
-        results: list[Result | None] = [None] * len(pairs)
+        results: list[Scored | None] = [None] * len(pairs)
         queue = deque(range(len(pairs)))
         chunk_size = max(1, min(MAX_CHUNK, math.ceil(len(pairs) / (4 * self._n_workers))))
         while queue or any(w.chunk for w in self._workers):
@@ -202,7 +205,7 @@ class VerifierPool:
                 self._retire(w, queue, results, stats, timed_out=w not in dead)
         return [r for r in results if r is not None], stats
 
-    def _call_here(self, completion: str, answer: str, stats: PoolStats) -> Result:
+    def _call_here(self, completion: str, answer: str, stats: PoolStats) -> Scored:
         try:
             return _checked(self._fn(completion, answer))
         except Exception:

@@ -1,0 +1,280 @@
+"""Run untrusted Python in bubblewrap: the model's program and its tests, with nothing of the host in reach.
+
+    result = sandbox.run(job, Limits(), wall_s=5.0)   # job: code_runner's JSON job; result.events: what it saw
+
+Layers, outermost first:
+1. bubblewrap (Debian's `bubblewrap`, a maintained tool; not hand-made namespaces): new user, PID, network, IPC, UTS
+   and cgroup namespaces; no network but a loopback of its own; its own /proc (no host process is visible or can be
+   signalled); a read-only view of only the interpreter's files and the system libraries it links (no /etc, /home,
+   /root, /work, host /tmp); a fresh size-capped tmpfs as the working folder; no home; a clean environment; a new
+   terminal session; no nested user namespaces; killed with its parent.
+2. The harness (rlvr/verifiers/code_runner.py) sets resource limits (CPU seconds, address space, file size, open files,
+   processes, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create processes,
+   before any model code runs.
+3. Here: a wall-clock kill of the whole sandbox (its process group; the PID namespace takes every process in it
+   along), and caps on the bytes read back from it (events, stdout, stderr), past which it is killed.
+
+`check()` starts one trivial sandbox and says, in words a user can act on, why it cannot (bubblewrap missing,
+unprivileged user namespaces off); the code verifier refuses to start without a working sandbox.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import marshal
+import os
+import platform
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RUNNER = Path(__file__).with_name("code_runner.py")
+# the interpreter's program: read the harness's code object and its job from stdin, run main(job)
+BOOT = ("import marshal,sys;f=sys.stdin.buffer;c=marshal.load(f);j=marshal.load(f);sys.stdin.close();"
+        "g={'__name__':'rlvr_runner'};exec(c,g);g['main'](j)")
+MAX_EVENT_BYTES = 8 << 20  # the events one run may send back (values of every test)
+MAX_STDERR_BYTES = 64 << 10  # bwrap's and the harness's own error text
+INSTALL = ("apt-get install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora/RHEL), or your distribution's "
+           "'bubblewrap' package")  # fmt: skip
+USERNS = ("unprivileged user namespaces must be allowed: sysctl kernel.unprivileged_userns_clone=1 (Debian), "
+          "user.max_user_namespaces > 0, and on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0 or an "
+          "AppArmor profile for bwrap")  # fmt: skip
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not run (not the program's fault)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run may use. cpu_s is per process (the functions run; each stdio case); wall_s per stdio case."""
+
+    cpu_s: float = 2.0
+    wall_s: float = 4.0
+    memory_bytes: int = 1 << 30  # address space per process
+    file_bytes: int = 1 << 20  # the largest file a program may write
+    open_files: int = 64
+    processes: int = 64  # threads (new processes are refused by the seccomp filter)
+    output_bytes: int = 1 << 16  # stdout read back per stdio case / per run
+    tmp_bytes: int = 16 << 20  # the writable working folder (a tmpfs)
+    int_digits: int = 4300  # sys.set_int_max_str_digits: Python's own default, so str() of a huge int fails fast
+
+
+@dataclass
+class RunResult:
+    events: list[list] = field(default_factory=list)  # the harness's events, in order
+    timed_out: bool = False  # the wall-clock kill fired
+    output_cut: bool = False  # more than the cap of events or output came back: killed
+    exit_code: int | None = None
+    stderr: str = ""  # bwrap's or the harness's own complaint (the program's stderr is not read back in stdio cases)
+
+
+# The seccomp filter: refuse process creation (fork, vfork, clone without CLONE_THREAD; clone3 says ENOSYS so that
+# glibc falls back to clone). Each instruction is struct sock_filter {u16 code, u8 jt, u8 jf, u32 k}.
+_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
+         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}  # fmt: skip
+_LD, _JEQ, _JSET, _JGE, _RET = 0x20, 0x15, 0x45, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JSET, JGE, BPF_RET|K
+_ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000  # SECCOMP_RET_ALLOW, _KILL_PROCESS, _ERRNO
+_EPERM, _ENOSYS, _CLONE_THREAD = 1, 38, 0x00010000
+
+
+@functools.cache
+def seccomp_filter(machine: str | None = None) -> bytes:
+    """The filter's BPF program for `machine` (default: this one's architecture); SandboxError where it is not known."""
+    machine = machine or platform.machine()
+    if machine not in _ARCH:
+        raise SandboxError(f"the code sandbox's seccomp filter knows x86_64 and aarch64, not {machine}")
+    arch, numbers = _ARCH[machine]
+    code = [(_LD, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD, 0, 0, 0)]  # another ABI: killed
+    code += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, _KILL)]  # x86_64's x32 numbers: killed
+    for nr in (numbers[n] for n in ("fork", "vfork") if n in numbers):
+        code += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _ERRNO | _EPERM)]
+    code += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _ERRNO | _ENOSYS)]
+    code += [(_JEQ, 0, 3, numbers["clone"]), (_LD, 0, 0, 16), (_JSET, 1, 0, _CLONE_THREAD)]  # 16: args[0]'s low word
+    code += [(_RET, 0, 0, _ERRNO | _EPERM), (_RET, 0, 0, _ALLOW)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in code)
+
+
+@functools.cache
+def interpreter() -> tuple[str, tuple[str, ...]]:
+    """(the Python binary the sandbox runs, the host folders it needs read-only): rlvr's own interpreter, outside
+    any virtual environment (no site-packages of rlvr's are reachable: it runs with -I -S)."""
+    prefix = Path(sys.base_prefix).resolve()
+    binary = Path(os.path.realpath(sys.executable))
+    if not binary.is_relative_to(prefix):  # a venv whose python is a copy: the base installation's
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        binary = next((p for p in (prefix / "bin" / version, prefix / "bin" / "python3") if p.exists()), binary)
+    if prefix in (Path("/usr"), Path("/usr/local"), Path("/")):  # a system Python: its binary and standard library
+        paths = {str(binary), sysconfig.get_paths(vars={"base": str(prefix), "platbase": str(prefix)})["stdlib"],
+                 sysconfig.get_paths(vars={"base": str(prefix), "platbase": str(prefix)})["platstdlib"]}  # fmt: skip
+        return str(binary), tuple(sorted(p for p in paths if Path(p).exists()))
+    return str(binary), (str(prefix),)
+
+
+def bwrap_argv(limits: Limits, seccomp_fd: int | None) -> list[str]:
+    """The bubblewrap command line that starts the harness (see the module docstring for each choice)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxError(f"bubblewrap (bwrap) is not installed: {INSTALL}")
+    python, python_paths = interpreter()
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--clearenv",
+            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0",
+            "--hostname", "sandbox", "--cap-drop", "ALL"]  # fmt: skip
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    for lib in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/lib32", "/usr/lib32"):  # the system libraries
+        path = Path(lib)
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), lib]
+        elif path.is_dir():
+            argv += ["--ro-bind", lib, lib]
+    for folder in python_paths:
+        argv += ["--ro-bind", folder, folder]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
+             "--", python, "-I", "-S", "-B", "-c", BOOT]  # fmt: skip
+    return argv
+
+
+@functools.cache
+def runner_code() -> bytes:
+    """The harness (code_runner.py) compiled once per process, marshalled."""
+    return marshal.dumps(compile(RUNNER.read_text(), str(RUNNER), "exec"))
+
+
+def run(job: dict, limits: Limits, *, wall_s: float, sandbox: bool = True) -> RunResult:
+    """Start the harness on `job` (code_runner's format; `limits` are added), read what it reports until it exits,
+    `wall_s` passes, or it sends more than the caps allow; then kill everything it started. `sandbox=False` runs
+    the harness without bubblewrap (reward.code.sandbox=none: the harness's own limits and filter still apply)."""
+    read_end, write_end = os.pipe()
+    # the functions harness runs under bubblewrap's filter; stdio's harness forks each case, which installs it itself
+    by_bwrap = sandbox and job["mode"] == "functions"
+    job = {**job, "limits": asdict(limits), "seccomp": None if by_bwrap else seccomp_filter(), "events_fd": write_end}
+    stdin = _memfd(_boot_input(job))
+    seccomp = _memfd(seccomp_filter()) if by_bwrap else None
+    fds = (write_end,) if seccomp is None else (write_end, seccomp)
+    try:
+        argv = bwrap_argv(limits, seccomp) if sandbox else [interpreter()[0], "-I", "-S", "-B", "-c", BOOT]
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds,
+                                start_new_session=True, env={} if sandbox else _clean_env(), cwd="/")  # fmt: skip
+    finally:
+        for fd in (write_end, stdin, seccomp):
+            if fd is not None:
+                os.close(fd)
+    try:
+        return _read(proc, read_end, limits, time.monotonic() + wall_s)
+    finally:
+        _kill(proc)
+        os.close(read_end)
+
+
+def _boot_input(job: dict) -> bytes:
+    """What BOOT reads: marshal.dump of (the harness's code object, the job), as one stream."""
+    return runner_code() + marshal.dumps(job)
+
+
+def _memfd(data: bytes) -> int:
+    """An anonymous file holding `data`, positioned at its start (a pipe could fill before the reader starts)."""
+    fd = os.memfd_create("rlvr")
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _clean_env() -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+
+
+def _read(proc: subprocess.Popen, events_fd: int, limits: Limits, deadline: float) -> RunResult:
+    """Read the events, stdout and stderr until all close or the deadline; caps as in the module docstring."""
+    assert proc.stdout is not None and proc.stderr is not None
+    result = RunResult()
+    caps = {events_fd: MAX_EVENT_BYTES, proc.stdout.fileno(): limits.output_bytes, proc.stderr.fileno(): MAX_STDERR_BYTES}
+    got: dict[int, list[bytes]] = {fd: [] for fd in caps}
+    sizes = dict.fromkeys(caps, 0)
+    with selectors.DefaultSelector() as selector:
+        for fd in caps:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                result.timed_out = True
+                break
+            for key, _ in selector.select(left):
+                fd = key.fd
+                try:
+                    data = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    selector.unregister(fd)
+                    continue
+                got[fd].append(data)
+                sizes[fd] += len(data)
+                if sizes[fd] > caps[fd]:
+                    result.output_cut = True
+                    break
+            if result.output_cut:
+                break
+    if result.timed_out or result.output_cut:
+        _signal_group(proc)
+    result.exit_code = proc.wait()
+    result.stderr = b"".join(got[proc.stderr.fileno()]).decode("utf-8", "replace")[:2000]
+    result.events = _events(b"".join(got[events_fd])[:MAX_EVENT_BYTES])
+    return result
+
+
+def _events(data: bytes) -> list[list]:
+    """Parse the event lines; a line that is not a JSON array (cut off, or written by the program) ends the list."""
+    events = []
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            break
+        if not isinstance(event, list) or not event or not isinstance(event[0], str):
+            break
+        events.append(event)
+    return events
+
+
+def _signal_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the sandbox's process group (bwrap's PID namespace takes every process inside along)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill what is left of the sandbox, reap it, close its pipes."""
+    if proc.returncode is None:
+        _signal_group(proc)
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def check() -> None:
+    """Start one trivial sandbox; SandboxError naming the package or the kernel setting when it cannot run."""
+    try:
+        result = run({"mode": "functions", "program": "x = 1", "setup": "", "tests": ["__rlvr_value__(0, x)"]},
+                     Limits(), wall_s=30.0)  # fmt: skip
+    except OSError as e:
+        raise SandboxError(f"bubblewrap could not be started: {e}. {INSTALL}") from None
+    if ["value", 0, 0, ["i", "1"]] in result.events:
+        return
+    said = result.stderr.strip() or f"exit code {result.exit_code}, events {result.events}"
+    hint = USERNS if any(w in said for w in ("namespace", "Operation not permitted", "uid map", "setting up")) else INSTALL
+    raise SandboxError(f"the code sandbox does not work here: bwrap said: {said[:500]}. {hint}")
