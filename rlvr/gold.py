@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,20 +61,19 @@ def sample(examples: Sequence[Example], seed: int, cap: int = MAX_ROWS) -> list[
     return [examples[i] for i in sorted(picked)]
 
 
-def check(examples: Sequence[Example], check_gold: Callable[[str], Outcome | None], seed: int) -> GoldCheck:
-    """Score each (sampled) example's gold with `check_gold`; a call that raises is a failure of that row."""
+def check(examples: Sequence[Example], check_gold: Callable[[str], Outcome | None], seed: int, *, cap: int = MAX_ROWS,
+          threads: int = 1) -> GoldCheck:  # fmt: skip
+    """Score each (sampled: at most `cap`) example's gold with `check_gold`, in `threads` threads (a verifier that waits
+    on a sandbox process); a call that raises is a failure of that row."""
     start = time.perf_counter()
-    rows = sample(examples, seed)
+    rows = sample(examples, seed, cap)
     failures, without_gold = [], 0
-    for example in rows:
-        try:
-            outcome = check_gold(example.answer)
-            if outcome is None:  # no gold to check in this row
-                without_gold += 1
-                continue
-            verdict = outcome.value if isinstance(outcome, Outcome) else repr(outcome)
-        except Exception as e:  # a gold the verifier chokes on is a failure of that row, not of the run
-            outcome, verdict = None, f"error ({type(e).__name__}: {e})"[:200]
+    with ThreadPoolExecutor(max(threads, 1)) as pool:
+        outcomes = list(pool.map(lambda example: _checked(check_gold, example.answer), rows))
+    for example, (outcome, verdict) in zip(rows, outcomes):
+        if outcome is None and verdict is None:  # no gold to check in this row
+            without_gold += 1
+            continue
         if outcome is not Outcome.CORRECT:
             failures.append((example.id, example.shown_answer, verdict))
     checked = len(rows) - without_gold
@@ -81,10 +81,22 @@ def check(examples: Sequence[Example], check_gold: Callable[[str], Outcome | Non
                      len(rows) < len(examples), without_gold)  # fmt: skip
 
 
+def _checked(check_gold: Callable[[str], Outcome | None], answer: str) -> tuple[Outcome | None, str | None]:
+    """(the outcome, its words); (None, None) when the row has no gold to check; (None, the error) when it raised."""
+    try:
+        outcome = check_gold(answer)
+    except Exception as e:  # a gold the verifier chokes on is a failure of that row, not of the run
+        return None, f"error ({type(e).__name__}: {e})"[:200]
+    if outcome is None:
+        return None, None
+    return outcome, outcome.value if isinstance(outcome, Outcome) else repr(outcome)
+
+
 def require(examples: Sequence[Example], check_gold: Callable[[str], Outcome | None], threshold: float,
-            seed: int) -> GoldCheck:  # fmt: skip
-    """`check`, then a ConfigError when the share CORRECT is below `threshold` (reward.gold_check)."""
-    result = check(examples, check_gold, seed)
+            seed: int, **options: int) -> GoldCheck:  # fmt: skip
+    """`check` (with its `cap` and `threads`), then a ConfigError when the share CORRECT is below `threshold`
+    (reward.gold_check)."""
+    result = check(examples, check_gold, seed, **options)
     if result.share < threshold:
         shown = "".join(f"\n  {id_}: gold {_short(gold)} -> {verdict}" for id_, gold, verdict in result.failures[:SHOWN])
         of = f"a seeded sample of {result.checked:,}" if result.sampled else f"{result.checked:,}"
@@ -99,14 +111,14 @@ def require(examples: Sequence[Example], check_gold: Callable[[str], Outcome | N
 
 
 def startup_note(examples: Sequence[Example], check_gold: Callable[[str], Outcome | None] | None, threshold: float,
-                 seed: int) -> str:  # fmt: skip
+                 seed: int, **options: int) -> str:  # fmt: skip
     """Run the check as reward.gold_check says (`check_gold` None: a user reward.fn, not checked); the start-up
     summary's words for it, e.g. "gold answers 100.0% readable"."""
     if check_gold is None:
         return "gold answers not checked (reward.fn is a user function)"
     if threshold == 0:
         return "gold answers not checked (reward.gold_check=0)"
-    result = require(examples, check_gold, threshold, seed)
+    result = require(examples, check_gold, threshold, seed, **options)
     if not result.checked:
         return "gold answers not checked (the data stores none: its scorer checks a solution)"
     return f"gold answers {result.percent} readable" + (f" (a sample of {result.checked:,})" if result.sampled else "")

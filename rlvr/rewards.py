@@ -32,6 +32,8 @@ class Verifier(NamedTuple):
     extractors: bool = False  # verify / score / extract take the reward.extract list (`extract=` / `extractors=`)
     in_process: bool = False  # bounded by construction: runs here, not in the worker pool (reward.workers ignored)
     judge: str | None = None  # (completion, answer, **reward.code) -> Verdict, run in the pool in place of verify/score
+    gold_rows: int | None = None  # golds the start-up check scores at most (a seeded sample); None: rlvr.gold's MAX_ROWS
+    gold_threads: int = 1  # threads for that check (a verifier that waits on a sandbox process)
 
 
 VERIFIERS = {
@@ -44,7 +46,8 @@ VERIFIERS = {
     VerifierName.gym: Verifier("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract", "rlvr.verifiers.gym:check_gold",
                                score="rlvr.verifiers.gym:score", extractors=True),
     VerifierName.code: Verifier("rlvr.verifiers.code:verify", "rlvr.verifiers.code:extract", "rlvr.verifiers.code:check_gold",
-                                score="rlvr.verifiers.code:score", judge="rlvr.verifiers.code:judge"),
+                                score="rlvr.verifiers.code:score", judge="rlvr.verifiers.code:judge", gold_rows=256,
+                                gold_threads=4),
 }
 
 
@@ -78,6 +81,7 @@ class Rewarder:
                         Outcome.TIMEOUT: timed_out}  # fmt: skip
         # the gold self-check keeps each verifier's own answer form (boxed, answer tag) whatever reward.extract says
         self._gold = None if spec is None else spec.gold
+        self.gold_options = {} if spec is None or spec.gold_rows is None else {"cap": spec.gold_rows, "threads": spec.gold_threads}
         # A bad import path fails here, before any model loads.
         self.primary = _pool("reward.fn", primary, cfg, in_process=spec is not None and spec.in_process)
         self.terms = [(t.fn, t.weight, _pool(f"reward.terms[{i}].fn", t.fn, cfg)) for i, t in enumerate(cfg.terms)]

@@ -89,7 +89,8 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
         )
     rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
     try:  # every rank checks the same rows (deterministic, seconds), so every rank stops on a failure
-        gold_note = gold.startup_note(train_set + eval_set, rewarder.gold_check(), cfg.reward.gold_check, t.seed)
+        gold_note = gold.startup_note(train_set + eval_set, rewarder.gold_check(), cfg.reward.gold_check, t.seed,
+                                     **rewarder.gold_options)
     except ConfigError:
         rewarder.close()
         raise

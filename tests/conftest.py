@@ -35,6 +35,22 @@ def run_rlvr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Complete
     )
 
 
+def _sandbox_missing() -> str | None:
+    """Why the code verifier's sandbox cannot run here (None: it can)."""
+    from rlvr.verifiers import sandbox
+
+    try:
+        sandbox.check()
+    except sandbox.SandboxError as e:
+        return str(e)
+    return None
+
+
+# the code verifier's tests run real programs in bubblewrap (`make install` installs it, as it does Chromium); without
+# it they skip, naming the package, like the report's browser test
+requires_sandbox = pytest.mark.skipif((missing := _sandbox_missing()) is not None, reason=f"{missing}")
+
+
 @pytest.fixture
 def rlvr_cli():
     return run_rlvr

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import compose_config
+from conftest import compose_config, requires_sandbox
 
 from rlvr.config import ConfigError, VerifierName, validate
 from rlvr.rewards import Rewarder
@@ -22,6 +22,8 @@ def fenced(program: str, label: str = "python") -> str:
 def record(*tests: dict, **extra) -> str:
     return json.dumps({"tests": list(tests), **extra})
 
+
+pytestmark = requires_sandbox
 
 ADD = record({"assert": "assert add(1, 2) == 3"}, {"assert": "assert add(2, 2) == 4"},
              {"assert": "assert abs(add(0.1, 0.2) - 0.3) < 1e-9"})  # fmt: skip
@@ -65,31 +67,42 @@ def test_a_bad_record_is_a_dataset_error_not_a_verdict(bad, says):
 
 
 def test_an_assert_against_a_literal_is_a_value_site_whose_literal_stays_outside():
-    source, expected, required = code.rewrite({"assert": "assert add(1, 2) == 123456789"})
+    source, expected = code.rewrite({"assert": "assert add(1, 2) == 123456789"})
     assert "123456789" not in source  # the sandbox never sees the expected value
     assert source == "__rlvr_value__(0, add(1, 2))"
-    assert expected == [(True, 123456789)] and required == {0}
+    assert expected == [(True, 123456789)]
 
 
 def test_a_literal_on_the_left_works_too_and_other_asserts_are_strict_truth_sites():
-    source, expected, required = code.rewrite({"assert": "assert [1, (2, 3)] == f(x)\nassert f(1) != g(2)\nassert f(0)"})
+    source, expected = code.rewrite({"assert": "assert [1, (2, 3)] == f(x)\nassert f(1) != g(2)\nassert f(0)"})
     assert source.splitlines() == ["__rlvr_value__(0, f(x))", "__rlvr_truth__(1, __rlvr_ne__(f(1), g(2)))",
                                    "__rlvr_truth__(2, f(0))"]  # fmt: skip
-    assert expected == [(True, [1, (2, 3)]), (False, None), (False, None)] and required == {0, 1, 2}
+    assert expected == [(True, [1, (2, 3)]), (False, None), (False, None)]
 
 
-def test_asserts_in_loops_and_branches_need_not_be_reached_but_those_at_the_top_of_check_must():
+def test_asserts_in_check_and_its_loops_are_sites_and_each_must_be_reached():
     check = "def check(candidate):\n    assert candidate(1) == 2\n    for i in range(3):\n        assert candidate(i) == i + 1\n    assert candidate(0) == 1\n"
-    source, expected, required = code.rewrite({"check": check, "entry_point": "inc"})
+    source, expected = code.rewrite({"check": check, "entry_point": "inc"})
     assert source.endswith("check(inc)\n")
     assert [e[0] for e in expected] == [True, False, True]  # `i + 1` is not a literal: a truth site
-    assert required == {0, 2}
+    answer = record({"check": check, "entry_point": "inc"})
+    assert code.judge(fenced("def inc(x):\n    return x + 1"), answer).outcome is Outcome.CORRECT
+    branch = record({"assert": "if False:\n    assert inc(1) == 5\nassert inc(1) == 2"})  # a site never reached
+    assert code.judge(fenced("def inc(x):\n    return x + 1"), branch).detail == "wrong_answer"
+
+
+def test_the_program_cannot_trace_or_reach_into_the_harness():
+    answer = record({"assert": "assert ok() == 1"})
+    for attack in ("import sys\nsys.settrace(lambda *a: None)", "import gc\ngc.get_objects()",
+                   "import ctypes", "def g(): pass\ng.__code__ = (lambda: 1).__code__"):  # fmt: skip
+        program = f"def ok():\n    return 1\n{attack}"
+        assert code.judge(fenced(program), answer).detail == "runtime_error", attack
 
 
 def test_a_call_test_reports_the_return_value_of_the_function_or_solution_method():
-    source, expected, required = code.rewrite({"call": "f", "args": [[1, 2], "a", None, True], "expected": 3})
+    source, expected = code.rewrite({"call": "f", "args": [[1, 2], "a", None, True], "expected": 3})
     assert source == "__rlvr_value__(0, (f if 'f' in globals() else Solution().f)(*[[1, 2], 'a', None, True]))"
-    assert expected == [(True, 3)] and required == {0}
+    assert expected == [(True, 3)]
 
 
 @pytest.mark.parametrize("value", [0, -(10**50), 1.5, -0.0, float("inf"), 1 + 2j, "é\n\"\\", "\ud800", b"\xff", None,

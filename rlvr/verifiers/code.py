@@ -27,7 +27,9 @@ Where a verdict comes from: never from the program's exit status or its own prin
   rewritten to a strict comparison and truth taken only of built-in values. A program could, in principle, forge
   these reports from inside its own process (it shares it with the harness); they are counted in `code/inner_checks`.
 - A test passes only when the harness reports it finished without an exception, every value matched, every truth
-  held, and every assert at the top of the test (or of check's body) was reached (a trace function cannot skip one).
+  held, and every assert was reached at least once (a skipped line is not a pass). Before the program runs, the
+  harness installs an audit hook that refuses trace and profile functions, the garbage collector's object
+  lists, rewriting a function's __code__, and ctypes.
 
 Outcomes: every test passed = CORRECT; else INCORRECT (a timeout, a crash or a compile error of the model's program
 is its answer failing); no code block = NO_ANSWER; the sandbox itself failing = NO_ANSWER with detail sandbox_error.
@@ -79,7 +81,6 @@ class _Sites(ast.NodeTransformer):
 
     def __init__(self) -> None:
         self.expected: list[tuple[bool, Any]] = []  # per site: (is a value site, the literal it must equal)
-        self.required: set[int] = set()  # sites that sit at the top of the test or of a function's body
 
     def visit_Assert(self, node: ast.Assert) -> ast.Expr:
         test, site = node.test, len(self.expected)
@@ -99,14 +100,6 @@ class _Sites(ast.NodeTransformer):
         call = ast.Call(ast.Name(hook, ast.Load()), [ast.Constant(site), expr], [])
         return ast.copy_location(ast.Expr(call), node)
 
-    def top_level(self, body: list[ast.stmt], first: int) -> None:
-        """Mark the sites of the asserts directly in `body` (numbered from `first`) as required."""
-        site = first
-        for stmt in body:
-            if isinstance(stmt, ast.Assert):
-                self.required.add(site)
-            site += sum(isinstance(n, ast.Assert) for n in ast.walk(stmt))
-
 
 class _Strict(ast.NodeTransformer):
     """`a == b` -> __rlvr_eq__(a, b), `a != b` -> __rlvr_ne__(a, b)."""
@@ -119,26 +112,18 @@ class _Strict(ast.NodeTransformer):
         return node
 
 
-def rewrite(test: dict[str, Any]) -> tuple[str, list[tuple[bool, Any]], set[int]]:
-    """(the code the harness runs for one function test, each site's expectation, the sites that must be reached)."""
+def rewrite(test: dict[str, Any]) -> tuple[str, list[tuple[bool, Any]]]:
+    """(the code the harness runs for one function test, each site's expectation). Every site must be reached."""
     sites = _Sites()
     if "call" in test:
         target = f"({test['call']} if '{test['call']}' in globals() else Solution().{test['call']})"
         sites.expected.append((True, test["expected"]))
-        sites.required.add(0)
-        return f"__rlvr_value__(0, {target}(*{test['args']!r}))", sites.expected, sites.required
-    source = test["assert"] if "assert" in test else test["check"]
-    tree = ast.parse(source)
-    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    sites.top_level(tree.body, 0)
-    for fn in functions:  # asserts at the top of a function's body (check's) must be reached too
-        first = sum(isinstance(n, ast.Assert) for stmt in tree.body[: tree.body.index(fn)] for n in ast.walk(stmt))
-        sites.top_level(fn.body, first)
-    tree = ast.fix_missing_locations(sites.visit(tree))
+        return f"__rlvr_value__(0, {target}(*{test['args']!r}))", sites.expected
+    tree = ast.fix_missing_locations(sites.visit(ast.parse(test["assert"] if "assert" in test else test["check"])))
     code = ast.unparse(tree)
     if "check" in test:
         code += f"\ncheck({test['entry_point']})\n"
-    return code, sites.expected, sites.required
+    return code, sites.expected
 
 
 def decode(encoded: Any, depth: int = 0) -> Any:
@@ -226,7 +211,7 @@ def _run_functions(program: str, record: dict, which: list[int], results: list[s
     rewritten = [rewrite(record["tests"][i]) for i in which]
     limits = Limits(**{**base.__dict__, "cpu_s": base.cpu_s * len(which)})
     wall = min(max_wall_s, 2 * limits.cpu_s + 1)
-    job = {"mode": "functions", "program": program, "setup": record.get("setup", ""), "tests": [c for c, _, _ in rewritten]}
+    job = {"mode": "functions", "program": program, "setup": record.get("setup", ""), "tests": [c for c, _ in rewritten]}
     run_result = run(job, limits, wall_s=wall, sandbox=sandbox)
     events = run_result.events
     if not events or events[0] != ["ready"]:
@@ -258,10 +243,10 @@ def _run_functions(program: str, record: dict, which: list[int], results: list[s
         if fail_all:
             results[i] = fail_all
         elif t not in done:
-            results[i] = _cut_short(run_result)
+            results[i] = _cut_short(run_result, limits.cpu_s)
         elif (failure := done[t]) is not None:
             results[i] = _FAILURES.get(str(failure), "runtime_error")
-        elif not ok[t] or not rewritten[t][2] <= seen[t]:
+        elif not ok[t] or len(seen[t]) < len(rewritten[t][1]):  # a site never reached: skipped, not passed
             results[i] = "wrong_answer"
     return inner
 
@@ -276,13 +261,15 @@ def _whole_run_failure(events: list[list], run_result: Any) -> str | None:
     return None
 
 
-def _cut_short(run_result: Any) -> str:
-    """Why a test never finished: the wall clock, the output cap, or the process died (the CPU limit kills it)."""
+def _cut_short(run_result: Any, cpu_limit: float) -> str:
+    """Why a test never finished: the wall clock, the output cap, the CPU limit (SIGXCPU, or SIGKILL at the hard
+    limit, after at least that long), or the process died otherwise (a crash, a kill of its own)."""
     if run_result.timed_out:
         return "timeout"
     if run_result.output_cut:
         return "output_limit"
-    return "timeout" if run_result.exit_code in (-9, 137, -24, 152) else "runtime_error"
+    killed = run_result.exit_code in (-9, 128 + 9, -24, 128 + 24)  # bwrap passes its child's signal on as 128 + N
+    return "timeout" if killed and run_result.seconds >= 0.9 * cpu_limit else "runtime_error"
 
 
 def _matches(reported: Any, literal: Any, *, listed: bool) -> bool:
@@ -316,7 +303,7 @@ def _run_cases(program: str, record: dict, which: list[int], results: list[str],
     tol = float(record.get("float_tol", 0.0))
     for t, i in enumerate(which):
         if t not in reported:
-            results[i] = _cut_short(run_result)
+            results[i] = _cut_short(run_result, base.cpu_s)
             continue
         kind, out, cut = reported[t]
         got = out.encode("latin-1", "replace").decode("utf-8", "replace") if isinstance(out, str) else ""

@@ -155,6 +155,7 @@ def run_functions(job):
         send("compile", f"{_type(e).__name__}: {e}"[:300])
         return
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    sys.addaudithook(_refuse_introspection)
     try:
         exec(code, namespace)
     except BaseException as e:  # noqa: B036 - sys.exit at import is the program failing to load
@@ -175,6 +176,22 @@ def run_functions(job):
             send("done", test, kind_of(e))
             continue
         send("done", test, None)
+
+
+_REFUSED = frozenset({"sys.settrace", "sys.setprofile", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+                      "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata"})  # fmt: skip
+
+
+def _refuse_introspection(event, args):
+    """An audit hook, installed before the program runs: no trace functions (they could skip the tests' lines), no
+    search through the garbage collector's objects, no rewritten code objects, no ctypes (which could remove this
+    hook). The program gets a RuntimeError; the harness never uses any of these. (Frames stay reachable: typing and
+    namedtuple need sys._getframe. What a program can do with them, it can do to the reports of its own process,
+    which is why the values that decide a test are compared outside.)"""
+    if event in _REFUSED or (event == "object.__setattr__" and args[1] == "__code__") or (
+        event == "import" and args[0] in ("ctypes", "_ctypes")
+    ):
+        raise RuntimeError(f"{event} is not allowed in the code sandbox")
 
 
 def _value_hook(test):
@@ -205,9 +222,9 @@ def run_stdio(job):
             _child(code, limits, job["seccomp"], stdin, write_end, read_end)
         os.close(write_end)
         os.close(stdin)
-        out, cut, timed_out = _collect(pid, read_end, limits)
-        _, status = os.waitpid(pid, 0)
-        kind = "timeout" if timed_out else _exit_kind(status)
+        out, cut, timed_out, deadline = _collect(pid, read_end, limits)
+        status, cpu = _reap(pid, deadline)
+        kind = "timeout" if timed_out or status is None else _exit_kind(status, cpu, limits["cpu_s"])
         send("case", test, kind, out.decode("latin-1"), cut)
 
 
@@ -266,19 +283,39 @@ def _collect(pid, fd, limits):
     if cut or timed_out:
         os.kill(pid, _signal.SIGKILL)
     os.close(fd)
-    return b"".join(chunks)[:cap], cut, timed_out
+    return b"".join(chunks)[:cap], cut, timed_out, deadline
 
 
-def _exit_kind(status):
-    """None for exit 0; "memory" (exit 124); "timeout" (killed by the CPU limit); else "RuntimeError"."""
+def _reap(pid, deadline):
+    """(the child's wait status, its CPU seconds), waiting until `deadline` (a child that closed its stdout and goes
+    on is killed then: (None, cpu))."""
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return status, usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            os.kill(pid, _signal.SIGKILL)
+            _, _, usage = os.wait4(pid, 0)
+            return None, usage.ru_utime + usage.ru_stime
+        time.sleep(0.005)
+
+
+def _exit_kind(status, cpu, cpu_limit):
+    """None for exit 0; "memory" (exit 124); "timeout" when the CPU limit killed it (SIGXCPU, or SIGKILL at the hard
+    limit: it used its CPU time); else "RuntimeError" (a crash, or a kill of its own)."""
     if os.WIFSIGNALED(status):
-        return "timeout" if os.WTERMSIG(status) in (_signal.SIGXCPU, _signal.SIGKILL) else "RuntimeError"
+        limit = os.WTERMSIG(status) in (_signal.SIGXCPU, _signal.SIGKILL) and cpu >= 0.9 * cpu_limit
+        return "timeout" if limit else "RuntimeError"
     code = os.WEXITSTATUS(status)
     return None if code == 0 else "memory" if code == 124 else "RuntimeError"
 
 
 def main(job):
     global _OUT
+    if job["uid"] is not None:  # rlvr runs as root: become an unprivileged user, so that RLIMIT_NPROC holds
+        os.setgroups([])
+        os.setgid(job["uid"])
+        os.setuid(job["uid"])
     _OUT = job["events_fd"]
     sys.set_int_max_str_digits(job["limits"]["int_digits"])
     send("ready")

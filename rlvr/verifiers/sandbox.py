@@ -74,13 +74,14 @@ class RunResult:
     timed_out: bool = False  # the wall-clock kill fired
     output_cut: bool = False  # more than the cap of events or output came back: killed
     exit_code: int | None = None
+    seconds: float = 0.0  # wall time from start to exit
     stderr: str = ""  # bwrap's or the harness's own complaint (the program's stderr is not read back in stdio cases)
 
 
 # The seccomp filter: refuse process creation (fork, vfork, clone without CLONE_THREAD; clone3 says ENOSYS so that
-# glibc falls back to clone). Each instruction is struct sock_filter {u16 code, u8 jt, u8 jf, u32 k}.
-_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
-         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}  # fmt: skip
+# glibc falls back to clone) and new or other namespaces (unshare, setns). Each instruction is struct sock_filter {u16 code, u8 jt, u8 jf, u32 k}.
+_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "unshare": 272, "setns": 308, "clone": 56, "clone3": 435}),
+         "aarch64": (0xC00000B7, {"unshare": 97, "setns": 268, "clone": 220, "clone3": 435})}  # fmt: skip
 _LD, _JEQ, _JSET, _JGE, _RET = 0x20, 0x15, 0x45, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JSET, JGE, BPF_RET|K
 _ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000  # SECCOMP_RET_ALLOW, _KILL_PROCESS, _ERRNO
 _EPERM, _ENOSYS, _CLONE_THREAD = 1, 38, 0x00010000
@@ -95,7 +96,7 @@ def seccomp_filter(machine: str | None = None) -> bytes:
     arch, numbers = _ARCH[machine]
     code = [(_LD, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD, 0, 0, 0)]  # another ABI: killed
     code += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, _KILL)]  # x86_64's x32 numbers: killed
-    for nr in (numbers[n] for n in ("fork", "vfork") if n in numbers):
+    for nr in (numbers[n] for n in ("fork", "vfork", "unshare", "setns") if n in numbers):
         code += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _ERRNO | _EPERM)]
     code += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _ERRNO | _ENOSYS)]
     code += [(_JEQ, 0, 3, numbers["clone"]), (_LD, 0, 0, 16), (_JSET, 1, 0, _CLONE_THREAD)]  # 16: args[0]'s low word
@@ -119,15 +120,48 @@ def interpreter() -> tuple[str, tuple[str, ...]]:
     return str(binary), (str(prefix),)
 
 
-def bwrap_argv(limits: Limits, seccomp_fd: int | None) -> list[str]:
+SANDBOX_UID = 65534  # who the program is when rlvr runs as root (nobody)
+
+
+@functools.cache
+def root_user_namespace() -> int | None:
+    """As root: a user namespace that maps 0 and SANDBOX_UID to themselves, as a file descriptor bwrap joins
+    (--userns); the harness then becomes SANDBOX_UID before anything else. None for any other user (bwrap makes its
+    own namespace, and the harness keeps the user's uid there).
+
+    Why: the kernel never applies RLIMIT_NPROC to processes of the host's uid 0, which a sandbox made by root runs as
+    (its namespace maps to root), so a thread bomb would be bounded only by the address space. As SANDBOX_UID the
+    limit holds; bwrap still mounts as root, so the interpreter's files stay reachable under a 0700 /root."""
+    if os.geteuid() != 0:
+        return None
+    make = ("import ctypes,sys\nif ctypes.CDLL(None).unshare(0x10000000): sys.exit(1)\n"  # CLONE_NEWUSER
+            "sys.stdout.write('in'); sys.stdout.flush(); sys.stdin.read()")  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-I", "-S", "-c", make], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        if holder.stdout.read(2) != b"in":
+            raise SandboxError("could not create a user namespace for the sandbox (unshare(CLONE_NEWUSER) failed)")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{holder.pid}/{name}", "w") as f:
+                f.write(f"0 0 1\n{SANDBOX_UID} {SANDBOX_UID} 1\n")
+        return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)  # the namespace lives on with it
+    finally:
+        holder.stdin.close()
+        holder.wait()
+
+
+def bwrap_argv(limits: Limits, seccomp_fd: int | None, userns_fd: int | None) -> list[str]:
     """The bubblewrap command line that starts the harness (see the module docstring for each choice)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxError(f"bubblewrap (bwrap) is not installed: {INSTALL}")
     python, python_paths = interpreter()
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--clearenv",
+    # as root: join root_user_namespace(); the harness becomes SANDBOX_UID itself (bwrap's --uid cannot mount then)
+    user = ["--unshare-user", "--disable-userns"] if userns_fd is None else ["--userns", str(userns_fd)]
+    argv = [bwrap, *user, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0",
-            "--hostname", "sandbox", "--cap-drop", "ALL"]  # fmt: skip
+            "--hostname", "sandbox"]  # fmt: skip
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     for lib in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/lib32", "/usr/lib32"):  # the system libraries
@@ -135,12 +169,19 @@ def bwrap_argv(limits: Limits, seccomp_fd: int | None) -> list[str]:
         if path.is_symlink():
             argv += ["--symlink", os.readlink(path), lib]
         elif path.is_dir():
-            argv += ["--ro-bind", lib, lib]
+            argv += [*_open_parents(lib), "--ro-bind", lib, lib]
     for folder in python_paths:
-        argv += ["--ro-bind", folder, folder]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
-             "--", python, "-I", "-S", "-B", "-c", BOOT]  # fmt: skip
+        argv += [*_open_parents(folder), "--ro-bind", folder, folder]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+             "--remount-ro", "/", "--remount-ro", "/dev",  # only the capped /tmp is writable (bwrap's own are not capped)
+             "--chdir", "/tmp", "--", python, "-I", "-S", "-B", "-c", BOOT]  # fmt: skip
     return argv
+
+
+def _open_parents(path: str) -> list[str]:
+    """bwrap arguments that create `path`'s parents traversable by all (bwrap would make them 0700 for root, and the
+    harness runs as SANDBOX_UID then)."""
+    return [arg for parent in reversed(Path(path).parents[:-1]) for arg in ("--perms", "0755", "--dir", str(parent))]
 
 
 @functools.cache
@@ -156,20 +197,25 @@ def run(job: dict, limits: Limits, *, wall_s: float, sandbox: bool = True) -> Ru
     read_end, write_end = os.pipe()
     # the functions harness runs under bubblewrap's filter; stdio's harness forks each case, which installs it itself
     by_bwrap = sandbox and job["mode"] == "functions"
-    job = {**job, "limits": asdict(limits), "seccomp": None if by_bwrap else seccomp_filter(), "events_fd": write_end}
+    userns = root_user_namespace() if sandbox else None
+    job = {**job, "limits": asdict(limits), "seccomp": None if by_bwrap else seccomp_filter(), "events_fd": write_end,
+           "uid": None if userns is None else SANDBOX_UID}  # fmt: skip
     stdin = _memfd(_boot_input(job))
     seccomp = _memfd(seccomp_filter()) if by_bwrap else None
-    fds = (write_end,) if seccomp is None else (write_end, seccomp)
+    fds = tuple(fd for fd in (write_end, seccomp, userns) if fd is not None)
     try:
-        argv = bwrap_argv(limits, seccomp) if sandbox else [interpreter()[0], "-I", "-S", "-B", "-c", BOOT]
+        argv = bwrap_argv(limits, seccomp, userns) if sandbox else [interpreter()[0], "-I", "-S", "-B", "-c", BOOT]
         proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds,
                                 start_new_session=True, env={} if sandbox else _clean_env(), cwd="/")  # fmt: skip
     finally:
         for fd in (write_end, stdin, seccomp):
             if fd is not None:
                 os.close(fd)
+    start = time.monotonic()
     try:
-        return _read(proc, read_end, limits, time.monotonic() + wall_s)
+        result = _read(proc, read_end, limits, start + wall_s)
+        result.seconds = time.monotonic() - start
+        return result
     finally:
         _kill(proc)
         os.close(read_end)
@@ -226,7 +272,12 @@ def _read(proc: subprocess.Popen, events_fd: int, limits: Limits, deadline: floa
                 break
     if result.timed_out or result.output_cut:
         _signal_group(proc)
-    result.exit_code = proc.wait()
+    try:  # every pipe closed: it should be exiting; one that closed them and goes on is killed at the deadline
+        result.exit_code = proc.wait(timeout=max(deadline - time.monotonic(), 0.0) + 0.1)
+    except subprocess.TimeoutExpired:
+        result.timed_out = True
+        _signal_group(proc)
+        result.exit_code = proc.wait()
     result.stderr = b"".join(got[proc.stderr.fileno()]).decode("utf-8", "replace")[:2000]
     result.events = _events(b"".join(got[events_fd])[:MAX_EVENT_BYTES])
     return result

@@ -1,0 +1,137 @@
+"""The code verifier's speed: the sandbox's start, programs per second through the worker pool, HumanEval's 164
+canonical solutions (and a wrong variant of each), and one training step's reward phase next to the math verifier's.
+
+    python scripts/bench_code.py [--reps 5] [--n 400] [--workers 2] [--humaneval] [--json]
+
+- start: one trivial program (`x = 1`, one reported value) through `sandbox.run`, one after another: the median
+  wall time per run with bubblewrap, and without it (reward.code.sandbox=none: the harness alone), over --reps rounds
+  of 20 runs. Their difference is bubblewrap's own cost.
+- throughput: --n programs, each a trivial `add` with 3 assert tests, through VerifierPool("rlvr.verifiers.code:verify",
+  workers=--workers): programs per second (median of --reps; target >= 50 on 2 cores).
+- humaneval: every problem's canonical solution must score CORRECT, and a wrong variant of each (its body replaced by
+  `return None`... a constant answer) must not; the wall time of both passes through the pool.
+- step: a reward phase of SmolLM2's code run's shape (8 prompts x 8 samples of the functions task: one correct program,
+  one wrong, one without code, one hung until its limit in every 16) through Rewarder.score, next to the math
+  verifier on 64 boxed answers; the median of --reps.
+The last line is JSON with every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from rlvr.verifiers import Outcome, sandbox
+from rlvr.verifiers.pool import VerifierPool
+
+ADD = json.dumps({"tests": [{"assert": "assert add(1, 2) == 3"}, {"assert": "assert add(2, 2) == 4"},
+                            {"assert": "assert add(-1, 1) == 0"}]})  # fmt: skip
+GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
+
+
+def start_ms(reps: int) -> dict[str, float]:
+    job = {"mode": "functions", "program": "x = 1", "setup": "", "tests": ["__rlvr_value__(0, x)"]}
+    out = {}
+    for sandboxed in (True, False):
+        rounds = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            for _ in range(20):
+                sandbox.run(job, sandbox.Limits(), wall_s=10, sandbox=sandboxed)
+            rounds.append((time.perf_counter() - t) / 20 * 1000)
+        out["start_ms_bwrap" if sandboxed else "start_ms_harness_only"] = statistics.median(rounds)
+    return out
+
+
+def throughput(n: int, workers: int, reps: int) -> float:
+    with VerifierPool("rlvr.verifiers.code:verify", workers=workers, timeout_s=10) as pool:
+        pool.score([(GOOD, ADD)] * (4 * workers))  # warm: every worker has started a sandbox once
+        rates = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            results, _ = pool.score([(GOOD, ADD)] * n)
+            rates.append(n / (time.perf_counter() - t))
+            assert all(r is Outcome.CORRECT for r in results), results
+    return statistics.median(rates)
+
+
+def humaneval(workers: int) -> dict[str, float]:
+    from rlvr.tasks import code as tasks
+    from rlvr.verifiers import code_record
+
+    problems = tasks.humaneval_examples()
+    records = [code_record.parse(p.answer) for p in problems]
+    good = [(f"```python\n{r['solution']}\n```", p.answer) for r, p in zip(records, problems)]
+    entry = [r["tests"][0]["entry_point"] for r in records]
+    wrong = [(f"```python\ndef {e}(*args, **kwargs):\n    return None\n```", p.answer) for e, p in zip(entry, problems)]
+    with VerifierPool("rlvr.verifiers.code:verify", workers=workers, timeout_s=10) as pool:
+        t = time.perf_counter()
+        good_results, _ = pool.score(good)
+        wrong_results, _ = pool.score(wrong)
+        seconds = time.perf_counter() - t
+    failing = [p.id for p, r in zip(problems, good_results) if r is not Outcome.CORRECT]
+    passing_wrong = [p.id for p, r in zip(problems, wrong_results) if r is Outcome.CORRECT]
+    print(f"humaneval: {164 - len(failing)}/164 canonical solutions CORRECT, {len(passing_wrong)} wrong variants CORRECT "
+          f"({seconds:.1f} s for both passes)", file=sys.stderr)  # fmt: skip
+    assert not failing and not passing_wrong, (failing, passing_wrong)
+    return {"humaneval_correct": 164 - len(failing), "humaneval_wrong_correct": len(passing_wrong),
+            "humaneval_seconds": seconds}  # fmt: skip
+
+
+def reward_step(reps: int) -> dict[str, float]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import compose_config
+
+    from rlvr.config import VerifierName, validate
+    from rlvr.rewards import Rewarder
+    from rlvr.types import Completion
+
+    def completion(text: str) -> Completion:
+        return Completion(prompt_ids=[1], token_ids=[5] * 64, text=text, finish_reason="stop", engine_logprobs=[0.0] * 64)
+
+    texts = [GOOD, "```python\ndef add(a, b):\n    return a - b\n```", "I think the answer is add.",
+             "```python\ndef add(a, b):\n    while True:\n        pass\n```"] * 4
+    code_batch = ([completion(t) for t in texts] * 4, [ADD] * 64)
+    math_batch = ([completion(f"We add them up. The answer is $\\boxed{{{i}}}$.") for i in range(64)], [str(i % 7) for i in range(64)])
+    out = {}
+    for name, verifier, batch in (("code", "code", code_batch), ("math", "math", math_batch)):
+        cfg = validate(compose_config(f"reward.verifier={verifier}", "reward.workers=2", "reward.code.time_limit_s=1"))
+        rewarder = Rewarder(cfg.reward, cfg.algo, max_len=192, task_verifier=VerifierName.arithmetic)
+        try:
+            rewarder.score(*batch)  # the workers' start-up
+            times = []
+            for _ in range(reps):
+                t = time.perf_counter()
+                rewarder.score(*batch)
+                times.append(time.perf_counter() - t)
+        finally:
+            rewarder.close()
+        out[f"reward_step_s_{name}"] = statistics.median(times)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--n", type=int, default=400)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--humaneval", action="store_true", help="also run HumanEval's canonical and wrong solutions")
+    ap.add_argument("--json", action="store_true", help="only the JSON line")
+    args = ap.parse_args()
+    sandbox.check()
+    result: dict[str, float] = {**start_ms(args.reps), "programs_per_s": throughput(args.n, args.workers, args.reps)}
+    if args.humaneval:
+        result.update(humaneval(args.workers))
+    result.update(reward_step(args.reps))
+    if not args.json:
+        for key, value in result.items():
+            print(f"{key:28s} {value:10.2f}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
