@@ -11,8 +11,8 @@ import pytest
 
 from rlvr.config import ConfigError
 from rlvr.tasks import code
-from rlvr.verifiers import code_record
 from rlvr.types import Example
+from rlvr.verifiers import code_record
 
 MBPP_ROW = {  # mbpp (full): test_setup_code is usually empty
     "task_id": 2,
