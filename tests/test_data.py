@@ -123,7 +123,7 @@ ROWS = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(1
 def file_cfg(path, eval_path=None, eval_size=2, **kw) -> DataConfig:
     fields = dict(prompt_key="prompt", answer_key="answer", max_prompt_tokens=0, long_prompts=LongPrompts.drop,
                   format=PromptFormat.auto, system_prompt=None, prompt_template="{prompt}", subset=None,
-                  answer_extract=AnswerExtract.none, name=None, size=0, seed=0, options={})
+                  answer_extract=AnswerExtract.none, name=None, size=0, seed=0, options={}, tests_key=None)
     return DataConfig(task=Task.file, path=str(path), eval_path=eval_path and str(eval_path), split="train",
                       eval_size=eval_size, **{**fields, **kw})
 
@@ -151,6 +151,27 @@ def load_error(cfg) -> str:
     with pytest.raises(ConfigError) as info:
         load_task(cfg)
     return str(info.value)
+
+
+MBPP = [{"text": f"Write a function f{i} returning {i}.", "test_list": [f"assert f{i}() == {i}"],
+         "test_setup_code": "import math" if i == 1 else ""} for i in range(1, 5)]  # fmt: skip
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_a_code_dataset_keeps_its_test_columns_and_is_scored_by_the_code_verifier(tmp_path, suffix):
+    path = tmp_path / f"mbpp{suffix}"
+    write_jsonl(path, MBPP) if suffix == ".jsonl" else write_table(path, MBPP)
+    train, held_out, verifier = load_task(file_cfg(path, prompt_key="text", tests_key="test_list"))
+    assert verifier is VerifierName.code and len(train) == 2 and len(held_out) == 2
+    assert json.loads(train[0].answer) == {"tests": [{"assert": "assert f1() == 1"}], "setup": "import math\n"}
+    assert train[0].prompt == "Write a function f1 returning 1." and train[0].gold == "1 assert on f1"
+
+
+def test_a_code_row_whose_tests_cannot_be_read_is_named(tmp_path):
+    path = write_jsonl(tmp_path / "mbpp.jsonl", [*MBPP[:2], {**MBPP[2], "test_list": []}, {"text": "no tests"}])
+    error = load_error(file_cfg(path, prompt_key="text", tests_key="test_list"))
+    assert "mbpp.jsonl line 3: column 'test_list'" in error and "(data.tests_key)" in error
+    assert "(2 of 4 lines have problems)" in error
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])

@@ -41,6 +41,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import time
 from typing import Any
 
 from rlvr.verifiers import Outcome, Verdict, code_record
@@ -192,12 +193,12 @@ def judge(completion: str, answer: str, *, time_limit_s: float = 2.0, memory_mb:
     functions = [i for i, t in enumerate(tests) if "stdin" not in t]
     cases = [i for i, t in enumerate(tests) if "stdin" in t]
     base = Limits(cpu_s=time_limit_s, wall_s=2 * time_limit_s + 1, memory_bytes=memory_mb << 20)
-    inner = 0
+    inner, start = 0, time.monotonic()
     try:
         if functions:
             inner = _run_functions(program, record, functions, results, base, max_wall_s, sandbox)
-        if cases:
-            _run_cases(program, record, cases, results, base, max_wall_s, sandbox)
+        if cases:  # what is left of the sample's wall-clock budget
+            _run_cases(program, record, cases, results, base, max(max_wall_s - (time.monotonic() - start), 0.1), sandbox)
     except SandboxError:
         return Verdict(Outcome.NO_ANSWER, 0.0, "sandbox_error")
     failed = [r for r in results if r != "passed"]
