@@ -461,7 +461,9 @@ def check(cfg: Config) -> None:
     if cfg.data.task is Task.code and cfg.data.name not in CODE_TASKS:
         raise ConfigError(f"data.name must be one of {', '.join(CODE_TASKS)} when data.task=code, got {cfg.data.name!r}")
     c = cfg.reward.code
-    if c.time_limit_s <= 0 or c.memory_mb < 64 or c.time_limit_s >= cfg.reward.timeout_s:
+    task_is_code = cfg.data.task is Task.code or cfg.data.tests_key is not None
+    code_runs = cfg.reward.verifier is VerifierName.code or (cfg.reward.verifier is VerifierName.task and task_is_code)
+    if code_runs and (c.time_limit_s <= 0 or c.memory_mb < 64 or c.time_limit_s >= cfg.reward.timeout_s):
         raise ConfigError(f"reward.code.time_limit_s must be > 0 and below reward.timeout_s (the whole sample's wall-clock "
                           f"limit), and reward.code.memory_mb >= 64; got {c.time_limit_s}, {cfg.reward.timeout_s}, "
                           f"{c.memory_mb}")  # fmt: skip

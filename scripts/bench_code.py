@@ -10,9 +10,9 @@ canonical solutions (and a wrong variant of each), and one training step's rewar
   workers=--workers): programs per second (median of --reps; target >= 50 on 2 cores).
 - humaneval: every problem's canonical solution must score CORRECT, and a wrong variant of each (its body replaced by
   `return None`... a constant answer) must not; the wall time of both passes through the pool.
-- step: a reward phase of SmolLM2's code run's shape (8 prompts x 8 samples of the functions task: one correct program,
-  one wrong, one without code, one hung until its limit in every 16) through Rewarder.score, next to the math
-  verifier on 64 boxed answers; the median of --reps.
+- step: a reward phase of SmolLM2's code run's shape (8 prompts x 8 samples: half correct, a quarter wrong, one in
+  eight that does not compile, one in eight without code) through Rewarder.score with reward.code.time_limit_s=1,
+  the same with one program in 64 that never returns, and the math verifier on 64 boxed answers; medians of --reps.
 The last line is JSON with every number.
 """
 
@@ -93,12 +93,16 @@ def reward_step(reps: int) -> dict[str, float]:
     def completion(text: str) -> Completion:
         return Completion(prompt_ids=[1], token_ids=[5] * 64, text=text, finish_reason="stop", engine_logprobs=[0.0] * 64)
 
-    texts = [GOOD, "```python\ndef add(a, b):\n    return a - b\n```", "I think the answer is add.",
-             "```python\ndef add(a, b):\n    while True:\n        pass\n```"] * 4
-    code_batch = ([completion(t) for t in texts] * 4, [ADD] * 64)
+    wrong = "```python\ndef add(a, b):\n    return a - b\n```"
+    broken = "```python\ndef add(a, b)\n    return a + b\n```"
+    hung = "```python\ndef add(a, b):\n    while True:\n        pass\n```"
+    mix = [GOOD, wrong, GOOD, broken, wrong, GOOD, "I think the answer is add.", GOOD] * 8  # [64]
+    code_batch = ([completion(t) for t in mix], [ADD] * 64)
+    hung_batch = ([completion(t) for t in mix[:-1] + [hung]], [ADD] * 64)  # one program in 64 never returns
     math_batch = ([completion(f"We add them up. The answer is $\\boxed{{{i}}}$.") for i in range(64)], [str(i % 7) for i in range(64)])
     out = {}
-    for name, verifier, batch in (("code", "code", code_batch), ("math", "math", math_batch)):
+    for name, verifier, batch in (("code", "code", code_batch), ("code_one_hung", "code", hung_batch),
+                                  ("math", "math", math_batch)):
         cfg = validate(compose_config(f"reward.verifier={verifier}", "reward.workers=2", "reward.code.time_limit_s=1"))
         rewarder = Rewarder(cfg.reward, cfg.algo, max_len=192, task_verifier=VerifierName.arithmetic)
         try:

@@ -5,6 +5,7 @@ the sandbox refusal). Hostile programs are tests/test_code_hostile.py's."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import compose_config, requires_sandbox
@@ -314,3 +315,32 @@ def test_code_limits_are_checked_at_start_up(override, says):
     with pytest.raises(ConfigError, match=None) as e:
         make_cfg("reward.verifier=code", override)
     assert says in str(e.value)
+
+
+def test_the_gold_check_runs_the_functions_tasks_reference_solutions_in_the_sandbox():
+    from rlvr import gold
+    from rlvr.data import load_task
+
+    cfg = make_cfg("data=code", "data.size=200", "data.eval_size=20", "reward.workers=0")
+    train, held_out, verifier = load_task(cfg.data)
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=verifier)
+    note = gold.startup_note(train + held_out, rewarder.gold_check(), 0.99, seed=0, **rewarder.gold_options)
+    assert verifier is VerifierName.code and rewarder.gold_options == {"cap": 256, "threads": 4}
+    assert note == "gold answers 100.0% readable" + ("" if len(train) + 20 <= 256 else " (a sample of 256)")
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_rlvr_train_runs_the_code_task_end_to_end(tmp_path, rlvr_cli):
+    """SmolLM2 through the CLI on data=code: the gold check runs the task's reference solutions in the sandbox, the
+    pool judges real programs, every detail reaches metrics.jsonl."""
+    out = tmp_path / "run"
+    result = rlvr_cli("train", "recipe=grpo", "model=smollm2_135m", "data=code", "data.size=64", "data.eval_size=4",
+                      "trainer.max_steps=1", "algo.prompts_per_step=2", "algo.prompts_per_minibatch=2",
+                      "rollout.max_new_tokens=96", "logger.progress=false", f"trainer.output_dir={out}", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"code functions: \d+ training prompts, 4 held out; gold answers 100\.0% readable", result.stdout)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in rows if r.get("step") == 1 and "reward/detail/passed" in r)
+    shares = [step[f"reward/detail/{d}"] for d in code.DETAILS]
+    assert sum(shares) == pytest.approx(1.0) and step["reward/detail/sandbox_error"] == 0.0

@@ -212,7 +212,8 @@ def _run_functions(program: str, record: dict, which: list[int], results: list[s
     rewritten = [rewrite(record["tests"][i]) for i in which]
     limits = Limits(**{**base.__dict__, "cpu_s": base.cpu_s * len(which)})
     wall = min(max_wall_s, 2 * limits.cpu_s + 1)
-    job = {"mode": "functions", "program": program, "setup": record.get("setup", ""), "tests": [c for c, _ in rewritten]}
+    job = {"mode": "functions", "program": program, "setup": record.get("setup", ""), "tests": [c for c, _ in rewritten],
+           "test_cpu_s": base.cpu_s}  # fmt: skip
     run_result = run(job, limits, wall_s=wall, sandbox=sandbox)
     events = run_result.events
     if not events or events[0] != ["ready"]:

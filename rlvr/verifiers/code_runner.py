@@ -27,7 +27,6 @@ Events (one JSON array per line): ["ready"] | ["compile", message] | ["load", ki
 import _signal  # the C module: `signal` imports enum (8 ms of start-up)
 import os
 import resource
-import select
 import sys
 import time
 
@@ -142,7 +141,10 @@ def confine(limits, seccomp):
 
 
 def kind_of(error):
-    """What an exception says about the program: "memory" for MemoryError, else its class name."""
+    """What an exception says about the program: "memory" for MemoryError, "timeout" for TestTimeout, else its class
+    name."""
+    if isinstance(error, TestTimeout):
+        return "timeout"
     return "memory" if isinstance(error, MemoryError) else _type(error).__name__
 
 
@@ -155,6 +157,7 @@ def run_functions(job):
         send("compile", f"{_type(e).__name__}: {e}"[:300])
         return
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    _signal.signal(_signal.SIGVTALRM, _out_of_time)
     sys.addaudithook(_refuse_introspection)
     try:
         exec(code, namespace)
@@ -170,12 +173,24 @@ def run_functions(job):
         namespace.update(__rlvr_value__=_value_hook(test), __rlvr_truth__=_truth_hook(test),
                          __rlvr_eq__=strict_eq, __rlvr_ne__=lambda a, b: not strict_eq(a, b))  # fmt: skip
         send("start", test)
+        _signal.setitimer(_signal.ITIMER_VIRTUAL, job.get("test_cpu_s", job["limits"]["cpu_s"]))  # _out_of_time
         try:
             exec(test_code, namespace)
         except BaseException as e:  # noqa: B036 - SystemExit, KeyboardInterrupt: the test did not pass
+            _signal.setitimer(_signal.ITIMER_VIRTUAL, 0)
             send("done", test, kind_of(e))
             continue
+        _signal.setitimer(_signal.ITIMER_VIRTUAL, 0)
         send("done", test, None)
+
+
+class TestTimeout(BaseException):
+    """A test ran past its CPU time (the process's RLIMIT_CPU bounds all tests together, in case a program swallows
+    this or resets the timer)."""
+
+
+def _out_of_time(signum, frame):
+    raise TestTimeout
 
 
 _REFUSED = frozenset({"sys.settrace", "sys.setprofile", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
@@ -260,7 +275,8 @@ def _child(code, limits, seccomp, stdin, out, spare):
 
 
 def _collect(pid, fd, limits):
-    """(stdout bytes up to the cap, whether it was cut, whether the wall-clock limit killed the child)."""
+    """(stdout bytes up to the cap, whether it was cut, whether the wall-clock limit killed the child, the deadline)."""
+    import select  # stdio only: functions runs skip its import
     chunks, size, cap = [], 0, limits["output_bytes"]
     deadline = time.monotonic() + limits["wall_s"]
     cut = timed_out = False

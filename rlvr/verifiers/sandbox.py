@@ -6,11 +6,13 @@ Layers, outermost first:
 1. bubblewrap (Debian's `bubblewrap`, a maintained tool; not hand-made namespaces): new user, PID, network, IPC, UTS
    and cgroup namespaces; no network but a loopback of its own; its own /proc (no host process is visible or can be
    signalled); a read-only view of only the interpreter's files and the system libraries it links (no /etc, /home,
-   /root, /work, host /tmp); a fresh size-capped tmpfs as the working folder; no home; a clean environment; a new
-   terminal session; no nested user namespaces; killed with its parent.
+   /root, /work, host /tmp), with the root and /dev read-only; a fresh size-capped tmpfs /tmp as the only writable
+   folder and the working one; no home; a clean environment; a new terminal session; killed with its parent. When
+   rlvr runs as root, the sandbox joins a user namespace of its own (root_user_namespace) and the harness becomes
+   `nobody` there: the kernel exempts uid 0 from RLIMIT_NPROC.
 2. The harness (rlvr/verifiers/code_runner.py) sets resource limits (CPU seconds, address space, file size, open files,
-   processes, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create processes,
-   before any model code runs.
+   threads, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create processes and
+   namespaces (fork, vfork, clone without CLONE_THREAD, clone3, unshare, setns), before any model code runs.
 3. Here: a wall-clock kill of the whole sandbox (its process group; the PID namespace takes every process in it
    along), and caps on the bytes read back from it (events, stdout, stderr), past which it is killed.
 
@@ -38,8 +40,8 @@ from pathlib import Path
 
 RUNNER = Path(__file__).with_name("code_runner.py")
 # the interpreter's program: read the harness's code object and its job from stdin, run main(job)
-BOOT = ("import marshal,sys;f=sys.stdin.buffer;c=marshal.load(f);j=marshal.load(f);sys.stdin.close();"
-        "g={'__name__':'rlvr_runner'};exec(c,g);g['main'](j)")
+BOOT = ("import marshal,os,sys;f=sys.stdin.buffer;c=marshal.load(f);j=marshal.load(f);sys.stdin.close();"
+        "g={'__name__':'rlvr_runner'};exec(c,g);g['main'](j);os._exit(0)")  # no interpreter teardown: events are sent
 MAX_EVENT_BYTES = 8 << 20  # the events one run may send back (values of every test)
 MAX_STDERR_BYTES = 64 << 10  # bwrap's and the harness's own error text
 INSTALL = ("apt-get install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora/RHEL), or your distribution's "
