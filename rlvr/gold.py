@@ -71,7 +71,7 @@ def check(examples: Sequence[Example], check_gold: Callable[[str], Outcome | Non
     with ThreadPoolExecutor(max(threads, 1)) as pool:
         outcomes = list(pool.map(lambda example: _checked(check_gold, example.answer), rows))
     for example, (outcome, verdict) in zip(rows, outcomes):
-        if outcome is None and verdict is None:  # no gold to check in this row
+        if verdict is None:  # no gold to check in this row (an outcome always comes with its words)
             without_gold += 1
             continue
         if outcome is not Outcome.CORRECT:
