@@ -14,10 +14,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-RATIOS = ("token", "sequence", "sequence_token")
-AGGREGATIONS = ("seq_mean_token_mean", "seq_mean_token_sum_norm", "token_mean")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-ROLLOUT_CORRECTIONS = ("none", "token_truncated")
+from rlvr.choices import Aggregation, KLEstimator, Ratio, RolloutCorrection
+
+# the string arguments' valid values (rlvr.choices defines each closed set once)
+RATIOS = tuple(r.value for r in Ratio)
+AGGREGATIONS = tuple(a.value for a in Aggregation)
+KL_ESTIMATORS = tuple(k.value for k in KLEstimator)
+ROLLOUT_CORRECTIONS = tuple(c.value for c in RolloutCorrection)
 
 
 def _invalid(name: str, value: object, choices: tuple[str, ...]) -> ValueError:

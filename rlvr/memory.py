@@ -127,6 +127,8 @@ def learner_memory(
     *,
     world_size: int,
     precision: str,
+    sharded: bool,
+    autocast: bool,
     checkpointing: bool,
     tokens: int,
     chunk_tokens: int,
@@ -144,7 +146,8 @@ def learner_memory(
     where the activations are gone but the embedding's gradient is built (with a tied head, three [vocab, hidden]
     gradients at once). The parts returned are those of the peak moment: "logits" is the head's share and the
     embedding's at the end of backward. With trainer.cpu_offload the master
-    weights, gradients and AdamW state live in host memory (`host` below, not on the device).
+    weights, gradients and AdamW state live in host memory (`host` below, not on the device). `sharded` (FSDP2) and
+    `autocast` (bf16 compute over fp32 weights, a world of one) are rlvr.settings.sharded's and .autocast's answers.
 
     `lora_rank` > 0 (model.lora.rank, every linear layer adapted): the base is frozen in the compute dtype and only the
     adapter has fp32 weights, gradients and AdamW state; no reference copy (the adapter disabled); the head and the
@@ -152,8 +155,6 @@ def learner_memory(
     cast of its input for A. Derived from rlvr.lora's structure, not yet checked by scripts/measure_memory.py.
     """
     n, w, b, v, h = shape.num_params, world_size, DTYPE_BYTES[precision], shape.vocab_size, shape.hidden_size
-    sharded = world_size > 1 or cpu_offload  # FSDP2; a world of one trains the plain module, with autocast for bf16
-    autocast = b == 2 and not sharded
     m = tokens if response_tokens is None else response_tokens
     c = max(1, min(m, chunk_tokens))
     on_device = 0 if cpu_offload else 1

@@ -26,7 +26,16 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlvr import memory, settings
-from rlvr.config import GROUPS, Config, ConfigError, override_key, unknown_key_message, validate, world_problems
+from rlvr.config import (
+    GROUPS,
+    Config,
+    ConfigError,
+    compose_tree,
+    override_key,
+    unknown_key_message,
+    validate,
+    world_problems,
+)
 from rlvr.memory import GIB, ModelShape
 from rlvr.settings import DeviceSpec, Settings
 
@@ -69,12 +78,6 @@ def main(argv: list[str]) -> int:
 def compose(overrides: list[str]) -> DictConfig:
     """recipes/plan.yaml composed with `overrides` by Hydra's compose API (no output folder, no logging set up);
     ConfigError for an unknown key."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-
-    from rlvr.cli import RECIPES
-
     for arg in overrides:
         key = override_key(arg)
         if "=" in arg and not (key in PLAN_KEYS or key in GROUPS or key.startswith("hydra.")):
@@ -83,11 +86,7 @@ def compose(overrides: list[str]) -> DictConfig:
                 raise ConfigError(message)
     if not any(override_key(o) == "trainer.output_dir" for o in overrides):
         overrides = [*overrides, "trainer.output_dir=unused"]  # Hydra's run folder: the plan writes nothing
-    try:
-        with initialize_config_dir(config_dir=RECIPES, version_base=None):
-            return hydra_compose("plan", overrides=overrides)
-    except HydraException as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
+    return compose_tree("plan", overrides)
 
 
 def model_shape(path: str) -> ModelShape:
@@ -121,6 +120,8 @@ def plan(
         shape,
         world_size=gpus,
         precision=s.precision,
+        sharded=settings.sharded(gpus, t.cpu_offload),
+        autocast=settings.autocast(s.precision, gpus, t.cpu_offload),
         checkpointing=s.activation_checkpointing,
         tokens=tokens,
         chunk_tokens=s.logits_chunk_tokens,

@@ -114,8 +114,7 @@ def reward_step() -> None:
 
     from hydra import compose, initialize_config_dir
 
-    from rlvr.cli import RECIPES
-    from rlvr.config import VerifierName, validate
+    from rlvr.config import RECIPES, VerifierName, validate
     from rlvr.rewards import Rewarder
     from rlvr.types import Completion
 

@@ -516,7 +516,7 @@ def predict(ctx: dict, *, tokens: int, checkpointing: bool) -> tuple[int, dict, 
     plan = micro_batch_shapes(ctx["batch"], max_rows=ctx["micro_batch_rows"], max_tokens=tokens)
     predictions = []
     for mb in plan:
-        parts = learner_memory(shape, world_size=1, precision="bf16", checkpointing=checkpointing, tokens=mb["tokens"],
+        parts = learner_memory(shape, world_size=1, precision="bf16", sharded=False, autocast=True, checkpointing=checkpointing, tokens=mb["tokens"],
                                chunk_tokens=s.logits_chunk_tokens, reference=False, seq_len=mb["row_tokens"],
                                response_tokens=mb["response_tokens"])  # fmt: skip
         mb["predicted_bytes"] = sum(parts.values())

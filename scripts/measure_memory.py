@@ -156,7 +156,7 @@ def measure(folder: Path, shape: ModelShape, *, precision: str, checkpointing: b
     measured = tracker.peak
     chunk = max(1, CPU_LOGITS_CHUNK_BYTES // (4 * shape.vocab_size))
     # the second micro-batch: rows 5-8 after the longest-first sort (two of `length`, two of length - 8), padded to `length`
-    parts = learner_memory(shape, world_size=1, precision=precision, checkpointing=checkpointing, tokens=4 * length,
+    parts = learner_memory(shape, world_size=1, precision=precision, sharded=False, autocast=precision == "bf16", checkpointing=checkpointing, tokens=4 * length,
                            chunk_tokens=chunk, reference=False, seq_len=length,
                            response_tokens=sum(sorted(responses, reverse=True)[4:]))  # fmt: skip
     del learner

@@ -19,12 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def compose_config(*overrides: str):
     """The raw composed config (Hydra's compose API over the shipped recipe tree), before validation."""
-    from hydra import compose, initialize_config_dir
+    from rlvr.config import compose_tree
 
-    from rlvr.cli import RECIPES
-
-    with initialize_config_dir(config_dir=RECIPES, version_base=None):
-        return compose("config", overrides=["trainer.output_dir=/tmp/unused", *overrides])
+    return compose_tree("config", ["trainer.output_dir=/tmp/unused", *overrides])
 
 
 def run_rlvr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

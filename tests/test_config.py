@@ -10,8 +10,8 @@ import yaml
 from conftest import compose_config
 from omegaconf import open_dict
 
-from rlvr.cli import RECIPES, check_overrides
-from rlvr.config import AlgoConfig, ConfigError, validate
+from rlvr.cli import check_overrides
+from rlvr.config import RECIPES, AlgoConfig, ConfigError, validate
 
 RECIPE_NAMES = ["grpo", "dr_grpo", "dapo", "gspo"]
 

@@ -12,8 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import compose_config
 
-from rlvr.cli import RECIPES
-from rlvr.config import AnswerExtract, ConfigError, DataConfig, LongPrompts, PromptFormat, Task, VerifierName, validate
+from rlvr.config import (
+    RECIPES,
+    AnswerExtract,
+    ConfigError,
+    DataConfig,
+    LongPrompts,
+    PromptFormat,
+    Task,
+    VerifierName,
+    validate,
+)
 from rlvr.data import PromptStream, load_task
 from rlvr.prompts import drop_long_prompts
 from rlvr.tasks import arithmetic

@@ -59,12 +59,9 @@ def test_eval_errors_name_the_folder_or_the_override(short_run, rlvr_cli, tmp_pa
 
 
 def compose_eval(*overrides: str):
-    from hydra import compose, initialize_config_dir
+    from rlvr.config import compose_tree
 
-    from rlvr.cli import RECIPES
-
-    with initialize_config_dir(config_dir=RECIPES, version_base=None):
-        return compose("eval", overrides=["output_dir=/tmp/unused", *overrides])
+    return compose_tree("eval", ["output_dir=/tmp/unused", *overrides])
 
 
 def fake_run(folder: Path, *, final: int | None, checkpoints: tuple[int, ...], eval_n: int = 0) -> Path:

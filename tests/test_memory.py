@@ -93,7 +93,7 @@ def test_activations_per_token_by_hand():
 def test_learner_memory_of_7b_on_8_gpus_by_hand():
     s, n = shape("qwen2.5-7b"), 7_615_616_512
     m = learner_memory(
-        s, world_size=8, precision="bf16", checkpointing=True, tokens=4096, chunk_tokens=1024, reference=True
+        s, world_size=8, precision="bf16", sharded=True, autocast=False, checkpointing=True, tokens=4096, chunk_tokens=1024, reference=True
     )
     assert m["weights"] == m["gradients"] == 4 * n // 8 and m["optimizer"] == 8 * n // 8  # fp32, sharded 8 ways
     assert m["reference"] == 2 * n // 8  # bf16, sharded
@@ -114,7 +114,7 @@ def test_learner_memory_of_7b_on_8_gpus_by_hand():
 def test_learner_memory_alone_and_offloaded():
     s, n = shape("qwen2.5-0.5b"), 494_032_768
     alone = learner_memory(
-        s, world_size=1, precision="bf16", checkpointing=False, tokens=8192, chunk_tokens=1024, reference=False
+        s, world_size=1, precision="bf16", sharded=False, autocast=True, checkpointing=False, tokens=8192, chunk_tokens=1024, reference=False
     )
     assert alone["weights"] + alone["gradients"] + alone["optimizer"] == 16 * n
     # autocast: bf16 casts of every matmul weight (24 layers' q, k, v, o, gate, up, down) and of the tied head
@@ -124,6 +124,8 @@ def test_learner_memory_alone_and_offloaded():
         s,
         world_size=1,
         precision="bf16",
+        sharded=True,
+        autocast=False,
         checkpointing=False,
         tokens=8192,
         chunk_tokens=1024,

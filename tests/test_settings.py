@@ -87,7 +87,7 @@ def test_token_budget_and_activation_checkpointing_follow_the_memory_left() -> N
     from rlvr.memory import activation_bytes_per_token, learner_memory
 
     s = resolve(cfg(), H100, QWEN_1_5B, world_size=1, builtin=False)
-    parts = learner_memory(QWEN_1_5B, world_size=1, precision="bf16", checkpointing=False, tokens=1024, chunk_tokens=1024,
+    parts = learner_memory(QWEN_1_5B, world_size=1, precision="bf16", sharded=False, autocast=True, checkpointing=False, tokens=1024, chunk_tokens=1024,
                            reference=False)  # fmt: skip
     assert parts["weights"] + parts["gradients"] + parts["optimizer"] == 16 * QWEN_1_5B.num_params // 1
     room = int(0.9 * 80 * GIB) - sum(v for k, v in parts.items() if k != "activations")

@@ -13,8 +13,10 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from rlvr.choices import Extractor
+
 SCAN_CHARS = 20_000  # only the tail of a completion is searched for its answer
-EXTRACTORS = ("boxed", "answer_line", "final_answer_phrase", "hashes", "answer_tag", "last_number")
+EXTRACTORS = tuple(e.value for e in Extractor)  # reward.extract's names (rlvr.choices)
 # last_number and answer_tag are opt-in: a lenient last number would reward any text ending in it
 DEFAULT_EXTRACT = ("boxed", "answer_line", "final_answer_phrase", "hashes")
 
