@@ -61,7 +61,8 @@ def _hydra_train(raw: DictConfig) -> None:
         cfg = validate(raw)
     with console.capture(verbose=cfg.logger.verbose), _errors("rlvr train"):  # other libraries' output: to rlvr.log
         with heavy_imports():  # torch, vllm: only once the config is valid
-            from rlvr.trainer import RunStopped, train
+            from rlvr.run_state import RunStopped
+            from rlvr.trainer import train
 
         try:
             out = train(cfg, recipe)  # start-up checks (output folder, data, resume point, rewards) run before any model loads

@@ -121,7 +121,7 @@ def test_pi_old_source(overrides, precision, expected):
     from conftest import compose_config
 
     from rlvr.config import validate
-    from rlvr.trainer import pi_old_from_engine
+    from rlvr.startup import pi_old_from_engine
 
     assert pi_old_from_engine(validate(compose_config(*overrides)), precision) is expected
 
