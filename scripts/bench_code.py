@@ -1,7 +1,7 @@
 """The code verifier's speed: the sandbox's start, programs per second through the worker pool, HumanEval's 164
 canonical solutions (and a wrong variant of each), and one training step's reward phase next to the math verifier's.
 
-    python scripts/bench_code.py [--reps 5] [--n 400] [--workers 2] [--humaneval] [--json]
+    python scripts/bench_code.py [--reps 5] [--n 400] [--workers 2] [--humaneval] [--json] [--smoke]
 
 - start: one trivial program (`x = 1`, one reported value) through `sandbox.run`, one after another: the median
   wall time per run with bubblewrap, and without it (reward.code.sandbox=none: the harness alone), over --reps rounds
@@ -13,7 +13,9 @@ canonical solutions (and a wrong variant of each), and one training step's rewar
 - step: a reward phase of SmolLM2's code run's shape (8 prompts x 8 samples: half correct, a quarter wrong, one in
   eight that does not compile, one in eight without code) through Rewarder.score with reward.code.time_limit_s=1,
   the same with one program in 64 that never returns, and the math verifier on 64 boxed answers; medians of --reps.
-The last line is JSON with every number.
+  The Rewarder is built as rlvr.startup builds it, from the run's config (scripts/bench_config.py).
+The last line is JSON with every number. --smoke: seconds (one repetition, 8 programs, one round of 2 runs for the
+start; tests/test_scripts.py runs it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from rlvr.verifiers import Outcome, sandbox
 from rlvr.verifiers.pool import VerifierPool
@@ -33,16 +34,16 @@ ADD = json.dumps({"tests": [{"assert": "assert add(1, 2) == 3"}, {"assert": "ass
 GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
 
 
-def start_ms(reps: int) -> dict[str, float]:
+def start_ms(reps: int, runs: int = 20) -> dict[str, float]:
     job = {"mode": "functions", "program": "x = 1", "setup": "", "tests": ["__rlvr_value__(0, x)"]}
     out = {}
     for sandboxed in (True, False):
         rounds = []
         for _ in range(reps):
             t = time.perf_counter()
-            for _ in range(20):
+            for _ in range(runs):
                 sandbox.run(job, sandbox.Limits(), wall_s=10, sandbox=sandboxed)
-            rounds.append((time.perf_counter() - t) / 20 * 1000)
+            rounds.append((time.perf_counter() - t) / runs * 1000)
         out["start_ms_bwrap" if sandboxed else "start_ms_harness_only"] = statistics.median(rounds)
     return out
 
@@ -83,10 +84,9 @@ def humaneval(workers: int) -> dict[str, float]:
 
 
 def reward_step(reps: int) -> dict[str, float]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from conftest import compose_config
+    from bench_config import run_config
 
-    from rlvr.config import VerifierName, validate
+    from rlvr.config import VerifierName
     from rlvr.rewards import Rewarder
     from rlvr.types import Completion
 
@@ -103,8 +103,8 @@ def reward_step(reps: int) -> dict[str, float]:
     out = {}
     for name, verifier, batch in (("code", "code", code_batch), ("code_one_hung", "code", hung_batch),
                                   ("math", "math", math_batch)):
-        cfg = validate(compose_config(f"reward.verifier={verifier}", "reward.workers=2", "reward.code.time_limit_s=1"))
-        rewarder = Rewarder(cfg.reward, cfg.algo, max_len=192, task_verifier=VerifierName.arithmetic)
+        cfg = run_config(f"reward.verifier={verifier}", "reward.workers=2", "reward.code.time_limit_s=1", "rollout.max_new_tokens=192")
+        rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=VerifierName.arithmetic)
         try:
             rewarder.score(*batch)  # the workers' start-up
             times = []
@@ -125,9 +125,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--humaneval", action="store_true", help="also run HumanEval's canonical and wrong solutions")
     ap.add_argument("--json", action="store_true", help="only the JSON line")
+    ap.add_argument("--smoke", action="store_true", help="seconds: one repetition, 8 programs (docstring)")
     args = ap.parse_args()
+    if args.smoke:
+        args.reps, args.n = 1, 8
     sandbox.check()
-    result: dict[str, float] = {**start_ms(args.reps), "programs_per_s": throughput(args.n, args.workers, args.reps)}
+    result: dict[str, float] = {**start_ms(args.reps, runs=2 if args.smoke else 20),
+                                "programs_per_s": throughput(args.n, args.workers, args.reps)}  # fmt: skip
     if args.humaneval:
         result.update(humaneval(args.workers))
     result.update(reward_step(args.reps))

@@ -1,6 +1,7 @@
 """Benchmark the learner's update phase: step time and peak memory per rank, for world sizes 1 and 2.
 
     python scripts/bench_learner.py [--models tiny 135m] [--worlds 1 2] [--micro-batch-rows 8] [--out bench-learner.json]
+        [--json] [--smoke] [--micro-batch-tokens auto] [--precision auto] [--activation-checkpointing auto] [--lora-rank 0]
 
 The script is its own launcher. For each (model, world size), one after another (never two at once: the
 ranks of two measurements would share the cores and every number would be wrong), it runs
@@ -8,8 +9,11 @@ ranks of two measurements would share the cores and every number would be wrong)
     python -m torch.distributed.run --standalone --nproc_per_node=W scripts/bench_learner.py --worker \
         --model-path P --result-dir D --rows R --prompt-len P --response-len T --micro-batch-rows M --threads-per-rank K
 
-Each rank builds rlvr.learner.Learner (FSDP2 for world 2; a world of one trains the plain module; fp32 master weights; on CPU precision auto is fp32, on CUDA --precision
-and --activation-checkpointing pass through), a synthetic batch (every row exactly prompt_len + response_len
+Each rank builds its learner as rlvr train builds one (scripts/bench_config.py: the recipe tree, DAPO, composed with
+the model, fp32 master weights, lr 1e-6 constant, rollout.max_new_tokens = the response length and the command line's
+trainer.micro_batch_rows, micro_batch_tokens, precision, activation_checkpointing and model.lora.rank, validated,
+every `auto` resolved for this machine and world size, then Learner.from_config: FSDP2 for world 2, the plain module
+for a world of one; the loss options are the recipe's, rlvr.learner.loss_options), a synthetic batch (every row exactly prompt_len + response_len
 tokens, random ids: the padded compute depends only on the shape), then runs --warmup updates (pi_old = pi_theta),
 one learner.logprobs call for the old logprobs (timed on its own) and --steps timed updates with those old
 logprobs. Each rank writes its numbers as JSON into D; the launcher prints one markdown table and, with --out,
@@ -22,15 +26,18 @@ dumps every rank's numbers. Models:
 Memory: on CUDA torch.cuda.max_memory_allocated; on CPU the peak RSS (getrusage ru_maxrss, over the whole
 process: checkpoint loading included) next to the RSS right after the learner was built, so the training
 increment shows. Threads: --threads cores in all (default: the cores this process may use), split evenly
-over the ranks with torch.set_num_threads (and OMP_NUM_THREADS). Not a test.
+over the ranks with torch.set_num_threads (and OMP_NUM_THREADS). With --json the last line of stdout is one JSON object
+(device, steps, warmup, smoke, and per measurement under "results": model, world, update_s, update_tokens_per_s,
+logprobs_s, mem_after_build_mib and peak_mib per rank, the settings used, ...). --smoke: seconds (the built-in model,
+8 x (8 + 8) tokens, worlds 1 and 2 unless --worlds says, no warm-up, one timed update); tests/test_scripts.py runs it.
 
 Realistic mode: the learner against the obvious implementation, on one realistic batch
 
     python scripts/bench_learner.py --realistic [--json] [--smoke] [--rows 64] [--seed 0] [--steps 1] [--warmup 0] [--threads N]
 
 Model: a randomly initialised Llama with SmolLM2-135M's architecture (--smoke: 2 decoder layers). Batch (seeded):
---rows rows (default 64; --smoke 16), prompt lengths uniform in 40..120, response lengths long-tailed (lognormal,
-median 100, sigma 0.75, rounded and clamped to [1, 512]; --smoke clamps to 64) with 3 rows in 64 (chosen by the
+--rows rows (default 64; --smoke 8), prompt lengths uniform in 40..120, response lengths long-tailed (lognormal,
+median 100, sigma 0.75, rounded and clamped to [1, 512]; --smoke clamps to 32) with 3 rows in 64 (chosen by the
 seed) exactly at the maximum (finish reason "length"), random token ids, right-padded by RolloutBatch.from_completions;
 advantages seeded randn per row. A one-line summary of the lengths goes to stderr. Two measurements, one after
 the other, each in its own fresh process (`--realistic-worker naive|rlvr`) so that the peak RSS is its own, both
@@ -41,10 +48,12 @@ with --threads threads (torch.set_num_threads and OMP_NUM_THREADS):
            fp32 log_softmax, gather of the response tokens; DAPO's loss (token ratio against old = logp.detach(),
            clip 0.2 / 0.28, token-mean over the whole batch's response tokens), backward per micro-batch, then
            clip_grad_norm_(1.0), step, zero_grad. Also times a no-grad logprobs pass done the same way.
-    rlvr   rlvr.learner.Learner.update with DAPO's loss and the project's default trainer settings from
-           recipes/config.yaml (trainer.micro_batch_rows, trainer.micro_batch_tokens if present, trainer.precision,
-           trainer.activation_checkpointing; only those Learner.__init__ accepts), fp32 parameters; the old logprobs
-           from one timed learner.logprobs call.
+    rlvr   rlvr.learner.Learner, built as rlvr train builds it (scripts/bench_config.py: the recipe tree, DAPO, with the
+           model, fp32 master weights, lr 1e-6 constant and rollout.max_new_tokens = the batch's maximum; every other
+           setting the run's own, each `auto` resolved for this machine: trainer.micro_batch_rows, micro_batch_tokens,
+           precision, activation_checkpointing, logits_chunk_tokens), updated with the recipe's loss options
+           (rlvr.learner.loss_options: DAPO's clip-higher and token-mean, and its rollout correction against the
+           batch's engine logprobs); the old logprobs from one timed learner.logprobs call.
 
 Each runs --warmup untimed updates (default 0), then --steps timed ones (default 1; the median counts: on 2 CPU
 cores one naive update is ~8 minutes, itself an average over its 8 micro-batches). Tokens/s
@@ -53,13 +62,12 @@ the optimizer are built (AdamW's state comes at the first step, so it is part of
 (ru_maxrss) after the updates; increment = peak - after build. A table goes to stdout; with --json the last line
 of stdout is one JSON object (update_tokens_per_s, naive_tokens_per_s, logprobs_tokens_per_s, peak_rss_mb,
 naive_peak_rss_mb, peak_increment_mb, naive_peak_increment_mb, speedup, memory_ratio, real_tokens, padded_tokens,
-rows, threads, device, the rlvr settings used, ...). --smoke checks the plumbing in well under a minute.
+rows, threads, device, the rlvr settings and loss options used, ...). --smoke checks the plumbing in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import os
@@ -105,8 +113,7 @@ SMOLLM2_135M = dict(
 T = TypeVar("T")
 # per model: (rows, prompt_len, response_len) when the command line does not say
 DEFAULT_SHAPES = {"tiny": (64, 16, 32), "135m": (64, 64, 128)}
-# DAPO's loss settings (token ratio, clip-higher, token-mean); no KL term, so no reference model
-LOSS_KWARGS = dict(ratio="token", clip_low=0.2, clip_high=0.28, aggregation="token_mean", kl_coef=0.0, kl_estimator="k3", clip_ratio_c=None)
+SMOKE_SHAPE = (8, 8, 8)  # --smoke: rows, prompt_len, response_len (the built-in model, worlds 1 and 2, one update)
 
 
 def build_random_llama(folder: Path, **overrides: object) -> Path:
@@ -168,40 +175,40 @@ def measure(
     micro_batch_rows: int,
     warmup: int,
     steps: int,
+    micro_batch_tokens: str = "auto",
     precision: str = "auto",
-    activation_checkpointing: bool = False,
+    activation_checkpointing: str = "auto",
     lora_rank: int = 0,
 ) -> dict:
-    """Build a Learner on `model_path`, time its logprobs and updates on a synthetic batch; this rank's numbers."""
+    """Build a Learner on `model_path` as rlvr train builds one (learner_overrides), time its logprobs and updates on a
+    synthetic batch; this rank's numbers."""
+    from bench_config import build_learner, loss_options, run_config
+
     from rlvr import distributed
-    from rlvr.learner import Learner
-    from rlvr.lora import LoraSpec
 
     distributed.init()
     device = distributed.device()
-    spec = LoraSpec(rank=lora_rank, alpha=32.0, dropout=0.0, target_modules=None, init=None, seed=0) if lora_rank else None
     rss_start = rss_mib()
-    learner, build_s = timed(
-        lambda: Learner(model_path, dtype="float32", lr=1e-6, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
-                        total_updates=10**6, grad_clip=1.0, micro_batch_rows=micro_batch_rows, with_reference=False,
-                        precision=precision, activation_checkpointing=activation_checkpointing, lora_spec=spec),  # fmt: skip
-        device,
-    )
+    cfg = run_config(*learner_overrides(model_path, max_len=response_len), f"trainer.micro_batch_rows={micro_batch_rows}",
+                     f"trainer.micro_batch_tokens={micro_batch_tokens}", f"trainer.precision={precision}",
+                     f"trainer.activation_checkpointing={activation_checkpointing}", f"model.lora.rank={lora_rank}",
+                     world_size=distributed.world_size())  # fmt: skip
+    learner, build_s = timed(lambda: build_learner(cfg), device)
     mem_after_build = torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else rss_mib()
     max_rss_after_build = max_rss_mib()
     vocab_size = learner.model.config.vocab_size
     batch = synthetic_batch(rows, prompt_len, response_len, vocab_size)
     advantages = torch.randn(rows, generator=torch.Generator().manual_seed(1))  # [N]
     mask = batch.response_mask  # [N, T]
-    kwargs = {**LOSS_KWARGS, "max_len": response_len}
+    options = loss_options(cfg)
     for _ in range(warmup):  # the first calls pay one-time costs (allocator, kernel choice, FSDP lazy init)
-        learner.update(batch, advantages, mask, None, None, loss_kwargs=kwargs)
+        learner.update(batch, advantages, mask, None, None, options=options)
     distributed.barrier()
     old_logprobs, logprobs_s = timed(lambda: learner.logprobs(batch), device)  # [N, T]
     step_s, metrics = [], {}
     for _ in range(steps):
         distributed.barrier()  # every rank starts the clock together
-        metrics, seconds = timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, loss_kwargs=kwargs), device)
+        metrics, seconds = timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, options=options), device)
         step_s.append(seconds)
     update_s = statistics.median(step_s)
     response_tokens = int(mask.sum())
@@ -216,9 +223,8 @@ def measure(
         "rows": rows,
         "prompt_len": prompt_len,
         "response_len": response_len,
-        "micro_batch_rows": micro_batch_rows,
-        "precision": precision,
-        "activation_checkpointing": activation_checkpointing,
+        **used_settings(cfg),
+        "sharded": learner.sharded,
         "build_s": build_s,
         "logprobs_s": logprobs_s,
         "update_s": step_s,
@@ -234,12 +240,29 @@ def measure(
     }
 
 
+def learner_overrides(model_path: str, *, max_len: int) -> list[str]:
+    """What both modes fix on top of the run's config (recipes/config.yaml, DAPO): the model, fp32 master weights, a
+    constant lr of 1e-6 from the first update, and the responses' length as rollout.max_new_tokens. Everything else
+    (the loss, the micro-batch plan, precision, checkpointing, the logits chunk) is what rlvr train runs with, resolved
+    for this machine (scripts/bench_config.py)."""
+    return [f"model.path={model_path}", "model.dtype=float32", "trainer.lr=1e-6", "trainer.warmup_steps=0",
+            "trainer.lr_schedule=constant", f"rollout.max_new_tokens={max_len}"]  # fmt: skip
+
+
+def used_settings(cfg: object) -> dict:
+    """The learner settings a resolved config gives (its trainer.* values)."""
+    t = cfg.trainer  # type: ignore[attr-defined]
+    return {"micro_batch_rows": t.micro_batch_rows, "micro_batch_tokens": int(t.micro_batch_tokens),
+            "precision": str(t.precision.value), "activation_checkpointing": bool(t.activation_checkpointing),
+            "logits_chunk_tokens": int(t.logits_chunk_tokens)}  # fmt: skip
+
+
 def worker(args: argparse.Namespace) -> None:
     """One torchrun rank: measure, write rank<r>.json into --result-dir."""
     torch.set_num_threads(args.threads_per_rank)
     result = measure(
         args.model_path, rows=args.rows, prompt_len=args.prompt_len, response_len=args.response_len,
-        micro_batch_rows=args.micro_batch_rows, warmup=args.warmup, steps=args.steps,
+        micro_batch_rows=args.micro_batch_rows, warmup=args.warmup, steps=args.steps, micro_batch_tokens=args.micro_batch_tokens,
         precision=args.precision, activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
     )  # fmt: skip
     Path(args.result_dir, f"rank{result['rank']}.json").write_text(json.dumps(result, indent=1))
@@ -260,7 +283,8 @@ def launch(model: str, model_path: str, world: int, args: argparse.Namespace, tm
         "--model-path", model_path, "--result-dir", str(result_dir), "--rows", str(rows), "--prompt-len", str(prompt_len),
         "--response-len", str(response_len), "--micro-batch-rows", str(args.micro_batch_rows), "--warmup", str(args.warmup),
         "--steps", str(args.steps), "--threads-per-rank", str(per_rank), "--precision", args.precision,
-        *(["--activation-checkpointing"] if args.activation_checkpointing else []), "--lora-rank", str(args.lora_rank),
+        "--micro-batch-tokens", args.micro_batch_tokens, "--activation-checkpointing", args.activation_checkpointing,
+        "--lora-rank", str(args.lora_rank),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}  # torchrun would otherwise force 1 thread per rank
     subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)  # the workers' chatter to stderr: stdout is the table
@@ -277,18 +301,32 @@ def table_row(model: str, ranks: list[dict]) -> str:
     increment = " / ".join(f"{r['peak_mib'] - r['mem_after_build_mib']:.0f}" for r in ranks)
     shape = f"{r0['rows']} x ({r0['prompt_len']}+{r0['response_len']})"
     model += f" LoRA r{r0['lora_rank']} ({r0['trained_params'] / 1e6:.2f}M trained)" if r0.get("lora_rank") else ""
-    return (f"| {model} | {r0['params'] / 1e6:.2f}M | {r0['world']} | {r0['threads']} | {shape} | {r0['micro_batch_rows']} | "
+    micro = f"{r0['micro_batch_rows']} / {r0['micro_batch_tokens']}; {r0['precision']}{', ckpt' if r0['activation_checkpointing'] else ''}"
+    return (f"| {model} | {r0['params'] / 1e6:.2f}M | {r0['world']} | {r0['threads']} | {shape} | {micro} | "
             f"{update_s:.3f} | {r0['response_tokens'] / update_s:,.0f} | {logprobs_s:.3f} | {built} | {peak} | {increment} |")  # fmt: skip
+
+
+def summary_row(model: str, ranks: list[dict]) -> dict:
+    """One measurement for the JSON line: the slowest rank's times, every rank's memory (MiB), the settings used."""
+    r0 = ranks[0]
+    update_s = max(r["update_s_median"] for r in ranks)
+    keys = ("world", "params", "trained_params", "lora_rank", "rows", "prompt_len", "response_len", "response_tokens",
+            "micro_batch_rows", "micro_batch_tokens", "precision", "activation_checkpointing", "logits_chunk_tokens",
+            "sharded", "threads", "device", "memory_kind")  # fmt: skip
+    return {"model": model, **{k: r0[k] for k in keys}, "update_s": update_s,
+            "update_tokens_per_s": r0["response_tokens"] / update_s, "logprobs_s": max(r["logprobs_s"] for r in ranks),
+            "mem_after_build_mib": [r["mem_after_build_mib"] for r in ranks], "peak_mib": [r["peak_mib"] for r in ranks],
+            "pg_loss": r0["last_metrics"].get("pg_loss"), "grad_norm": r0["last_metrics"].get("grad_norm")}  # fmt: skip
 
 
 # --- realistic mode: rlvr's Learner against the obvious implementation on one long-tailed batch ----------------------
 
 PROMPT_LEN_RANGE = (40, 120)  # prompt lengths: uniform integers, both ends included
 RESPONSE_MEDIAN, RESPONSE_SIGMA = 100.0, 0.75  # response lengths: lognormal(mu = ln 100, sigma), rounded
-RESPONSE_MAX, SMOKE_RESPONSE_MAX = 512, 64  # ... clamped to [1, max]
+RESPONSE_MAX, SMOKE_RESPONSE_MAX = 512, 32  # ... clamped to [1, max]
 FULL_LENGTH_PER_64 = 3  # rows (per 64) that run to the maximum: finish reason "length"
 NAIVE_MICRO_BATCH_ROWS = 8
-NAIVE_CLIP_LOW, NAIVE_CLIP_HIGH = 0.2, 0.28  # DAPO's clip-higher, as in LOSS_KWARGS
+NAIVE_CLIP_LOW, NAIVE_CLIP_HIGH = 0.2, 0.28  # DAPO's clip-higher, as in recipes/recipe/dapo.yaml
 
 
 def realistic_batch(rows: int, vocab_size: int, *, response_max: int, seed: int) -> tuple[RolloutBatch, torch.Tensor]:
@@ -388,15 +426,6 @@ def naive_logprobs(model: torch.nn.Module, batch: RolloutBatch) -> torch.Tensor:
                       for i in range(0, batch.num_rows, NAIVE_MICRO_BATCH_ROWS)])  # fmt: skip
 
 
-def rlvr_default_settings() -> dict:
-    """The trainer settings the project runs with by default (recipes/config.yaml); micro_batch_tokens None if absent."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(REPO / "recipes" / "config.yaml")
-    keys = ("micro_batch_rows", "micro_batch_tokens", "precision", "activation_checkpointing")
-    return {k: OmegaConf.select(cfg, f"trainer.{k}", default=None) for k in keys}
-
-
 def measure_naive(model_path: str, batch: RolloutBatch, advantages: torch.Tensor, *, warmup: int, steps: int) -> dict:
     """Time the naive update (and a naive logprobs pass); memory of this process."""
     from transformers import AutoModelForCausalLM
@@ -416,28 +445,24 @@ def measure_naive(model_path: str, batch: RolloutBatch, advantages: torch.Tensor
 
 
 def measure_rlvr(model_path: str, batch: RolloutBatch, advantages: torch.Tensor, *, warmup: int, steps: int) -> dict:
-    """Time Learner.update with the project's default trainer settings; memory of this process."""
-    from rlvr import distributed
-    from rlvr.learner import Learner
+    """Time Learner.update as rlvr train builds and calls it (the recipe's loss, the resolved trainer settings); memory of
+    this process."""
+    from bench_config import build_learner, loss_options, run_config
 
-    settings = rlvr_default_settings()
-    params = inspect.signature(Learner.__init__).parameters
-    passed = {k: v for k, v in settings.items() if k in params and v is not None}
-    learner = Learner(model_path, dtype="float32", lr=1e-6, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
-                      total_updates=10**6, grad_clip=1.0, with_reference=False, **passed)  # fmt: skip
+    from rlvr import distributed
+
+    cfg = run_config(*learner_overrides(model_path, max_len=int(batch.response_ids.shape[1])))
+    learner = build_learner(cfg)
     rss_after_build = rss_mib()
-    # what Learner ran with: the value passed, else its own default, else None (it has no such setting)
-    used = {k: passed.get(k, params[k].default if k in params else None) for k in settings}
     mask = batch.response_mask  # [N, T]
-    kwargs = {**LOSS_KWARGS, "max_len": int(batch.response_ids.shape[1])}
+    options = loss_options(cfg)
     for _ in range(warmup):  # pi_old = pi_theta
-        learner.update(batch, advantages, mask, None, None, loss_kwargs=kwargs)
+        learner.update(batch, advantages, mask, None, None, options=options)
     old_logprobs, logprobs_s = timed(lambda: learner.logprobs(batch), learner.device)  # [N, T]
-    step_s = [timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, loss_kwargs=kwargs),
+    step_s = [timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, options=options),
                     learner.device)[1] for _ in range(steps)]  # fmt: skip
-    result = {"settings": used, "settings_not_accepted": sorted(k for k in settings if k not in params),
-              "update_s": step_s, "logprobs_s": logprobs_s, "rss_after_build_mib": rss_after_build,
-              **peak_memory(learner.device)}  # fmt: skip
+    result = {"settings": used_settings(cfg), "loss": options.kwargs(), "update_s": step_s, "logprobs_s": logprobs_s,
+              "rss_after_build_mib": rss_after_build, **peak_memory(learner.device)}  # fmt: skip
     distributed.shutdown()
     return result
 
@@ -473,7 +498,7 @@ def realistic_worker(args: argparse.Namespace) -> None:
 
 def run_realistic(args: argparse.Namespace) -> None:
     """Build the model and the batch, run the two measurements one after the other, print the table (and JSON)."""
-    rows = args.rows or (16 if args.smoke else 64)
+    rows = args.rows or (8 if args.smoke else 64)
     response_max = SMOKE_RESPONSE_MAX if args.smoke else RESPONSE_MAX
     layers = 2 if args.smoke else cast(int, SMOLLM2_135M["num_hidden_layers"])
     torch.set_num_threads(args.threads)
@@ -533,8 +558,8 @@ def realistic_summary(batch: RolloutBatch, results: dict, *, rows: int, threads:
         "lengths": length_stats(batch),
         "threads": threads,
         "device": device,
-        **{k: rlvr["settings"].get(k) for k in ("micro_batch_rows", "micro_batch_tokens", "precision", "activation_checkpointing")},
-        "settings_not_accepted": rlvr["settings_not_accepted"],
+        **rlvr["settings"],
+        "loss": rlvr["loss"],
         "naive_micro_batch_rows": NAIVE_MICRO_BATCH_ROWS,
         "num_hidden_layers": layers,
         "response_max": response_max,
@@ -576,22 +601,25 @@ def realistic_table(summary: dict, results: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=["tiny", "135m"], choices=list(DEFAULT_SHAPES))
+    ap.add_argument("--models", nargs="+", choices=list(DEFAULT_SHAPES), help="default: tiny 135m (--smoke: tiny)")
     ap.add_argument("--worlds", nargs="+", type=int, default=[1, 2])
-    ap.add_argument("--rows", type=int, help="batch rows (default: 64; --realistic --smoke: 16)")
+    ap.add_argument("--rows", type=int, help="batch rows (default: 64; --smoke: 8)")
     ap.add_argument("--prompt-len", type=int, help="prompt tokens per row (default: 16 tiny, 64 135m)")
     ap.add_argument("--response-len", type=int, help="response tokens per row (default: 32 tiny, 128 135m)")
     ap.add_argument("--micro-batch-rows", type=int, default=8)
     ap.add_argument("--warmup", type=int, help="untimed updates first (default: 1; --realistic: 0)")
     ap.add_argument("--steps", type=int, help="timed updates, the median counts (default: 3; --realistic: 1)")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="cores in all, split over the ranks (--realistic: each measurement's threads)")
-    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"], help="Learner precision (auto: bf16 on CUDA, fp32 on CPU)")
-    ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--micro-batch-tokens", default="auto", help="trainer.micro_batch_tokens (auto: as rlvr train resolves it; 0: rows only)")
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"], help="trainer.precision (auto: as rlvr train resolves it)")
+    ap.add_argument("--activation-checkpointing", nargs="?", const="true", default="auto", choices=["auto", "true", "false"],
+                    help="trainer.activation_checkpointing (auto: as rlvr train resolves it; the bare flag: true)")
     ap.add_argument("--lora-rank", type=int, default=0, help="train a LoRA adapter of this rank on every linear layer (0: every weight)")
     ap.add_argument("--out", help="write every rank's numbers here (JSON)")
     ap.add_argument("--realistic", action="store_true", help="rlvr's Learner against the naive implementation on a realistic batch")
-    ap.add_argument("--json", action="store_true", help="(--realistic) the last line of stdout: one JSON object")
-    ap.add_argument("--smoke", action="store_true", help="(--realistic) 2 layers, 16 rows, responses up to 64 tokens")
+    ap.add_argument("--json", action="store_true", help="the last line of stdout: one JSON object")
+    ap.add_argument("--smoke", action="store_true", help="seconds: the built-in model, 8 x (8 + 8) tokens, one update "
+                    "(--realistic: 2 layers, 8 rows, responses up to 32 tokens)")
     ap.add_argument("--seed", type=int, default=0, help="(--realistic) the batch's seed")
     # worker mode (the launcher passes these to itself under torchrun)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -604,13 +632,16 @@ def main() -> None:
     args = ap.parse_args()
     realistic = args.realistic or args.realistic_worker
     if args.steps is None:  # a realistic naive update is ~8 minutes on 2 cores: one of each, unless asked
-        args.steps = 1 if realistic else 3
+        args.steps = 1 if realistic or args.smoke else 3
     if args.warmup is None:
-        args.warmup = 0 if realistic else 1
+        args.warmup = 0 if realistic or args.smoke else 1
     if args.steps < 1:
         ap.error("--steps must be at least 1")
-    if (args.json or args.smoke) and not args.realistic:
-        ap.error("--json and --smoke go with --realistic")
+    if args.models is None:
+        args.models = ["tiny"] if args.smoke else ["tiny", "135m"]
+    if args.smoke and not realistic:
+        args.rows, args.prompt_len, args.response_len = (given or default for given, default in zip(
+            (args.rows, args.prompt_len, args.response_len), SMOKE_SHAPE))  # fmt: skip
     if args.worker:
         worker(args)
         return
@@ -629,14 +660,12 @@ def main() -> None:
         device = torch.cuda.get_device_name() if cuda else f"CPU, {len(os.sched_getaffinity(0))} cores, no GPU"
         print(f"device: {device}; times: median of {args.steps} updates after {args.warmup} warm-up; memory per rank "
               f"(r0 / r1), MiB{'' if cuda else '; peak RSS covers the whole process (checkpoint load included)'}\n")  # fmt: skip
-        print(f"| model | params | world | threads/rank | rows x (prompt+response) | micro_batch_rows | update s (median) | "
+        print(f"| model | params | world | threads/rank | rows x (prompt+response) | micro-batch rows / tokens; precision | update s (median) | "
               f"update tokens/s | logprobs s | {memory} after build | peak {memory} | peak - after build |")  # fmt: skip
         print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
         for model in args.models:
             if model == "tiny":
-                from rlvr.models import resolve_model_path  # here, not at the top: rlvr.config needs omegaconf
-
-                path = resolve_model_path("builtin:tiny-arith")
+                path = "builtin:tiny-arith"  # model.path as the recipes name it (the built-in model's own settings)
             else:
                 path = str(build_random_llama(tmp / "smollm2-135m-random"))
             for world in args.worlds:
@@ -645,6 +674,9 @@ def main() -> None:
                 print(table_row(model, ranks), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
+    if args.json:
+        print(json.dumps({"device": device, "steps": args.steps, "warmup": args.warmup, "smoke": args.smoke,
+                          "results": [summary_row(r["model"], r["ranks"]) for r in results]}), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """Benchmark the main job: each recipe's default run on the built-in model, over several seeds.
 
-    python scripts/bench_main_job.py [--recipes dapo grpo dr_grpo gspo] [--seeds 0 1 2] [--out bench-out]
+    python scripts/bench_main_job.py [--recipes dapo grpo dr_grpo gspo] [--seeds 0 1 2] [--out bench-out] [--json]
+    python scripts/bench_main_job.py --smoke --out /tmp/b      # seconds: dapo, seed 0, 1 step (tests/test_scripts.py)
 
 Runs `rlvr train recipe=R trainer.seed=S` one after another (never two at once: the machine's
 cores would be shared and every number would be wrong), then prints a markdown table of medians:
 held-out greedy accuracy at the start and the end, seconds from launch to the first evaluation at or above
 --target (0.90; the row's time/elapsed_s, engine start-up included; "-" when no evaluation reached it), wall-clock
 minutes from process start to exit, optimizer steps per second of the loop, and engine calls (rollout rounds) per
-step; then the per-seed numbers. Not a test.
+step; then the per-seed numbers. Each run is `rlvr train` itself, so it starts as every run does. The last line of stdout
+is one JSON object: per recipe, the medians and the per-seed numbers (to_target_s null where no evaluation reached it).
+--smoke: recipe dapo, seed 0, SMOKE overrides (1 step, evaluations before and after it on 64 held-out prompts). Not a test.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+SMOKE = ["trainer.max_steps=1", "trainer.eval_every=1", "data.eval_size=64", "trainer.save_every=0"]
 
 
 def run_once(recipe: str, seed: int, out: Path, extra: list[str], target: float) -> dict[str, float]:
@@ -51,12 +56,16 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--target", type=float, default=0.90, help="held-out accuracy for the time-to-target column")
+    ap.add_argument("--smoke", action="store_true", help="seconds: dapo, seed 0, 1 step (SMOKE)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
+    if args.smoke:
+        args.recipes, args.seeds, args.overrides = ["dapo"], [0], [*SMOKE, *args.overrides]
     out = Path(args.out)
     target = f"s to {args.target:.2f}"
     print(f"| recipe | start acc | end acc | {target} | minutes | steps/s | rounds/step | end acc per seed | {target} per seed |")
     print("|---|---|---|---|---|---|---|---|---|")
+    summary = {}
     for recipe in args.recipes:
         results = [run_once(recipe, s, out, args.overrides, args.target) for s in args.seeds]
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
@@ -64,6 +73,13 @@ def main() -> None:
         per_seed_s = ", ".join(seconds(r["to_target_s"]) for r in results)
         print(f"| {recipe} | {med['start']:.3f} | {med['end']:.3f} | {seconds(med['to_target_s'])} | {med['minutes']:.2f} | "
               f"{med['steps_per_s']:.2f} | {med['rounds']:.2f} | {per_seed} | {per_seed_s} |", flush=True)
+        summary[recipe] = {"median": finite(med), "seeds": dict(zip(map(str, args.seeds), map(finite, results)))}
+    print(json.dumps({"target": args.target, "smoke": args.smoke, "overrides": args.overrides, "recipes": summary}), flush=True)
+
+
+def finite(row: dict[str, float]) -> dict[str, float | None]:
+    """The numbers for JSON: inf (the target never reached) as null."""
+    return {k: None if math.isinf(v) else v for k, v in row.items()}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The main job's peer: TRL's GRPOTrainer on the same model, task, evaluation and hyperparameters, timed the same way.
 
     python scripts/bench_peer_trl.py [--seeds 0 1] [--full]     (needs trl: `make bench-peer` installs trl==1.16.0)
+    python scripts/bench_peer_trl.py --smoke --out /tmp/t       # seconds: one seed, one update, 64 held-out pairs
 
 What is the same as `rlvr train recipe=dapo`: the built-in model, the 9,000 training pairs, greedy accuracy on the
 1,000 held-out pairs at the start and every 20 rollout steps, 64 prompts x 8 samples per rollout, 16 optimizer updates
@@ -14,7 +15,10 @@ transformers' `generate` (no vLLM: TRL 1.16 supports vLLM up to 0.31) and the ev
 
 Prints one JSON line per evaluation (`step` in rollouts, `eval/accuracy`, `time/elapsed_s` from the process's start,
 as rlvr's metrics.jsonl counts it), then per seed the seconds to the first evaluation at or above --target. Without
---full a run stops at that evaluation. Run it alone: two runs at once share the cores and every number is wrong.
+--full a run stops at that evaluation. The last line of stdout is one JSON object (per seed: seconds to the target,
+null where no evaluation reached it, and its evaluations). --smoke: seed 0, one rollout of 64 prompts and one update,
+greedy evaluation on the first 64 held-out pairs (tests/test_scripts.py; skipped where trl is not installed).
+Run it alone: two runs at once share the cores and every number is wrong.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ ROLLOUT_PROMPTS, GROUP, MINIBATCH_PROMPTS, STEPS, EVAL_EVERY = 64, 8, 4, 200, 20
 UPDATES_PER_ROLLOUT = ROLLOUT_PROMPTS // MINIBATCH_PROMPTS
 
 
-def train(seed: int, target: float, full: bool, out: Path) -> None:
+def train(seed: int, target: float, full: bool, out: Path, smoke: bool = False) -> None:
     """One TRL run in this process; its evaluations go to stdout as JSON lines."""
     import torch
     from datasets import Dataset
@@ -50,7 +54,7 @@ def train(seed: int, target: float, full: bool, out: Path) -> None:
     path = resolve_model_path("builtin:tiny-arith")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    held_out = arithmetic.eval_examples(arithmetic.EVAL_POOL_SIZE)
+    held_out = arithmetic.eval_examples(64 if smoke else arithmetic.EVAL_POOL_SIZE)
     prompts = tokenizer([e.prompt for e in held_out], return_tensors="pt", padding=True)
 
     @torch.no_grad()
@@ -85,7 +89,7 @@ def train(seed: int, target: float, full: bool, out: Path) -> None:
         output_dir=str(out), use_cpu=True, seed=seed, data_seed=seed, report_to="none", save_strategy="no",
         logging_steps=10**6, disable_tqdm=True,
         per_device_train_batch_size=MINIBATCH_PROMPTS * GROUP, gradient_accumulation_steps=1,
-        steps_per_generation=UPDATES_PER_ROLLOUT, num_generations=GROUP, max_steps=STEPS * UPDATES_PER_ROLLOUT,
+        steps_per_generation=UPDATES_PER_ROLLOUT, num_generations=GROUP, max_steps=1 if smoke else STEPS * UPDATES_PER_ROLLOUT,
         learning_rate=3e-4, lr_scheduler_type="cosine", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         optim="adamw_torch_fused", epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group", beta=0.0,
         num_iterations=1, temperature=1.0, top_p=1.0, max_completion_length=8,
@@ -101,13 +105,18 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=0.90)
     ap.add_argument("--full", action="store_true", help="run all 200 rollouts instead of stopping at the target")
     ap.add_argument("--out", default="bench-out/trl")
+    ap.add_argument("--smoke", action="store_true", help="seconds: seed 0, one update, 64 held-out pairs (docstring)")
     ap.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)  # one run, in a child process
     args = ap.parse_args()
     if args.seed is not None:
-        train(args.seed, args.target, args.full, Path(args.out) / f"seed{args.seed}")
+        train(args.seed, args.target, args.full, Path(args.out) / f"seed{args.seed}", smoke=args.smoke)
         return
+    if args.smoke:
+        args.seeds = [0]
+    summary = {}
     for seed in args.seeds:  # a fresh process per seed, so that each run's clock starts at its own launch
-        cmd = [sys.executable, __file__, "--seed", str(seed), "--target", str(args.target), "--out", args.out]
+        cmd = [sys.executable, __file__, "--seed", str(seed), "--target", str(args.target), "--out", args.out,
+               *(["--smoke"] if args.smoke else [])]  # fmt: skip
         evals = []
         with subprocess.Popen([*cmd, *(["--full"] if args.full else [])], stdout=subprocess.PIPE, text=True) as run:
             assert run.stdout is not None
@@ -120,6 +129,8 @@ def main() -> None:
         reached = [e["time/elapsed_s"] for e in evals if e["eval/accuracy"] >= args.target]
         first = reached[0] if reached else math.inf
         print(f"trl seed {seed}: s to {args.target:.2f} = {'-' if math.isinf(first) else f'{first:.0f}'}", flush=True)
+        summary[str(seed)] = {"to_target_s": None if math.isinf(first) else first, "evals": evals}
+    print(json.dumps({"target": args.target, "smoke": args.smoke, "seeds": summary}), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@
     OMP_NUM_THREADS=1 python scripts/bench_verifiers.py --per-pair [--reps 3]
     python scripts/bench_verifiers.py --reward-step
 
+Each mode's last line of stdout is one JSON object. --smoke (any mode) runs it in seconds: 64 verifications and one
+repetition; --per-pair on the corpus and 32 generated pairs, once; --reward-step 3 calls (tests/test_scripts.py).
+
 --per-pair times each pair of the tests' corpus (tests/math_pairs.py) and of one generated batch (below) in this
 process, one `verify` call each, with the verifier's own caches emptied before it (after the one-off warm-up): the
 median, p99 and max over the pairs (each pair's median over --reps passes), and the verdicts that differ from the
@@ -11,8 +14,9 @@ corpus's expected ones. It runs against any version of the verifier on the path 
 before/after comparison on the same pairs).
 
 --reward-step times `Rewarder.score` on a batch of the main job's shape (DAPO's 64 prompts x 8 samples, the built-in
-arithmetic verifier in process, overlong shaping): the median of 30 calls. RECIPES_DIR=<old checkout>/recipes with
-PYTHONPATH=<old checkout> times an older version against its own recipe tree.
+arithmetic verifier in process, overlong shaping): the median of 30 calls, the Rewarder built as rlvr.startup builds
+it from the run's config (scripts/bench_config.py). RECIPES_DIR=<old checkout>/recipes with PYTHONPATH=<old checkout>
+times an older version against its own recipe tree.
 
 A batch looks like a rollout: n / 16 prompts with 16 completions each, a few hundred characters of
 reasoning ending in a boxed answer written as the ground truth, another spelling of it (fraction vs
@@ -77,7 +81,7 @@ def make_batch(n: int, seed: int, group: int = 16) -> list[tuple[str, str]]:
     return pairs
 
 
-def per_pair(reps: int) -> None:
+def per_pair(reps: int, generated: int = 320) -> None:
     """Each pair's verify time in this process (module docstring); the last line is JSON."""
     from rlvr.verifiers import math as verifier
 
@@ -85,7 +89,7 @@ def per_pair(reps: int) -> None:
     from math_pairs import PAIRS
 
     getattr(verifier, "warm_up", getattr(verifier, "_warm_up", None))()  # type: ignore[misc]
-    pairs = [(c, g, want) for c, g, want in PAIRS] + [(c, g, None) for c, g in make_batch(320, seed=7)]
+    pairs = [(c, g, want) for c, g, want in PAIRS] + [(c, g, None) for c, g in make_batch(generated, seed=7)]
     caches = [getattr(verifier, name) for name in ("_equivalent_normalized", "_parse") if hasattr(verifier, name)]
     times: list[list[float]] = [[] for _ in pairs]
     wrong: list[tuple[str, str, str, str]] = []
@@ -108,18 +112,23 @@ def per_pair(reps: int) -> None:
                       "max_ms": each[-1] * 1e3, "corpus_wrong": len(wrong), "corpus": len(PAIRS)}))  # fmt: skip
 
 
-def reward_step() -> None:
+def reward_step(calls: int = 30) -> None:
     """The main job's reward time per step (module docstring)."""
     import os
 
-    from hydra import compose, initialize_config_dir
-
-    from rlvr.config import RECIPES, VerifierName, validate
+    from rlvr.config import VerifierName, validate
     from rlvr.rewards import Rewarder
     from rlvr.types import Completion
 
-    with initialize_config_dir(config_dir=os.environ.get("RECIPES_DIR", RECIPES), version_base=None):
-        cfg = validate(compose("config", overrides=["recipe=dapo", "trainer.output_dir=/tmp/unused"]))
+    if "RECIPES_DIR" in os.environ:  # an older checkout's recipe tree (and its own rlvr on PYTHONPATH)
+        from hydra import compose, initialize_config_dir
+
+        with initialize_config_dir(config_dir=os.environ["RECIPES_DIR"], version_base=None):
+            cfg = validate(compose("config", overrides=["recipe=dapo", "trainer.output_dir=/tmp/unused"]))
+    else:
+        from bench_config import run_config
+
+        cfg = run_config("recipe=dapo")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=VerifierName.arithmetic)
     rng = random.Random(0)
     n = cfg.algo.prompts_per_step * cfg.algo.group_size
@@ -128,12 +137,13 @@ def reward_step() -> None:
                               engine_logprobs=[0.0] * k) for k in lengths]  # fmt: skip
     answers = [str(rng.randint(0, 200)) for _ in range(n)]
     times = []
-    for _ in range(30):
+    for _ in range(calls):
         start = time.perf_counter()
         rewarder.score(completions, answers)
         times.append(time.perf_counter() - start)
     rewarder.close()
     print(f"{n} completions: median reward time per step {statistics.median(times) * 1e3:.2f} ms")
+    print(json.dumps({"completions": n, "calls": calls, "median_ms": statistics.median(times) * 1e3}))
 
 
 def main() -> None:
@@ -144,17 +154,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=5.0)
+    parser.add_argument("--smoke", action="store_true", help="seconds: a small batch, one repetition (docstring)")
     args = parser.parse_args()
+    if args.smoke:
+        args.n, args.reps = 64, 1
     print("command:", shlex.join([sys.executable, *sys.argv]))
     if args.per_pair:
-        per_pair(args.reps)
+        per_pair(args.reps, generated=32 if args.smoke else 320)
         return
     if args.reward_step:
-        reward_step()
+        reward_step(calls=3 if args.smoke else 30)
         return
     start = time.perf_counter()
     with VerifierPool("rlvr.verifiers.math:verify", workers=args.workers, timeout_s=args.timeout_s) as pool:
-        print(f"pool start: {time.perf_counter() - start:.2f} s ({args.workers} workers)")
+        pool_start_s = time.perf_counter() - start
+        print(f"pool start: {pool_start_s:.2f} s ({args.workers} workers)")
         pool.score(make_batch(16 * 4 * max(1, args.workers), seed=10_000))  # warm-up, not timed
         rates = []
         for rep in range(args.reps):
@@ -166,6 +180,8 @@ def main() -> None:
             counts = Counter(r.value if isinstance(r, Outcome) else "score" for r in results)
             print(f"rep {rep}: {len(pairs)} in {seconds:.2f} s = {rates[-1]:,.0f}/s  {dict(counts)}  {stats}")
     print(f"median: {statistics.median(rates):,.0f} verifications/s")
+    print(json.dumps({"verifications_per_s": statistics.median(rates), "rates": rates, "n": args.n, "workers": args.workers,
+                      "reps": args.reps, "pool_start_s": pool_start_s}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,17 +1,21 @@
 """Build the built-in tiny model: a character-level Llama warm-started on 2-digit addition.
 
     python scripts/build_tiny_model.py [--out rlvr/assets/tiny-arith] [--target 0.5]
+    python scripts/build_tiny_model.py --smoke --out /tmp/tiny     # seconds: 2 steps, small slices (tests/test_scripts.py)
 
 Supervised training on the arithmetic task's TRAINING pool only, stopped as soon as
 greedy accuracy on a validation slice of that pool (never trained on here) reaches
 `--target`; then the held-out evaluation pool's accuracy is printed for the record.
 The result (fp32 safetensors, ~4 MB) ships inside the package so `rlvr train` needs no
-network. Not imported by rlvr.
+network. The last line of stdout is one JSON object (params, steps, val_acc, held_out_acc, held_out, out, seconds).
+--smoke runs the same code in seconds (batch 16, 2 steps, 32 validation and 64 held-out examples) and needs --out,
+so that it never overwrites the shipped model. Not imported by rlvr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import string
 import time
@@ -84,13 +88,19 @@ def greedy_accuracy(model, tok, examples, max_new_tokens=6) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "rlvr/assets/tiny-arith"))
+    ap.add_argument("--out", help="default: rlvr/assets/tiny-arith (the shipped model)")
     ap.add_argument("--target", type=float, default=0.5, help="stop at this validation accuracy")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--max-steps", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="seconds: batch 16, 2 steps, small validation and held-out slices")
     args = ap.parse_args()
+    if args.smoke and args.out is None:
+        ap.error("--smoke needs --out (it must not overwrite the shipped model)")
+    args.out = args.out or str(Path(__file__).resolve().parents[1] / "rlvr/assets/tiny-arith")
+    if args.smoke:
+        args.batch, args.max_steps = 16, 2
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -101,8 +111,9 @@ def main() -> None:
     train = arithmetic.train_examples()
     rng.shuffle(train)
     val, train = train[:500], train[500:]  # validation slice: never trained on here
+    val = val[:32] if args.smoke else val
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    t0, step, acc = time.time(), 0, 0.0
+    t0, step, acc, checked = time.time(), 0, 0.0, 0
     while step < args.max_steps:
         model.train()
         ids, lab, att = batch_tensors(rng.sample(train, args.batch), tok)
@@ -114,12 +125,15 @@ def main() -> None:
         # the accuracy jumps during the phase change: check often once it is on its way
         if step % (5 if acc >= args.target / 2 else 25) == 0:
             model.eval()
-            acc = greedy_accuracy(model, tok, val)
+            acc, checked = greedy_accuracy(model, tok, val), step
             print(f"step {step} loss {loss.item():.3f} val_acc {acc:.3f} ({time.time() - t0:.0f}s)")
             if acc >= args.target:
                 break
     model.eval()
-    held_out = greedy_accuracy(model, tok, arithmetic.eval_examples(arithmetic.EVAL_POOL_SIZE))
+    if checked != step:  # stopped by --max-steps between two checks
+        acc = greedy_accuracy(model, tok, val)
+    held_out_set = arithmetic.eval_examples(64 if args.smoke else arithmetic.EVAL_POOL_SIZE)
+    held_out = greedy_accuracy(model, tok, held_out_set)
     print(f"stopped at step {step}: val_acc {acc:.3f}, held-out eval accuracy {held_out:.3f}")
 
     out = Path(args.out)
@@ -130,6 +144,9 @@ def main() -> None:
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     print(f"saved to {out}")
+    print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "steps": step, "val_acc": acc,
+                      "held_out_acc": held_out, "held_out": len(held_out_set), "out": str(out),
+                      "seconds": time.time() - t0}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,15 +15,18 @@ over 2 KV heads, head_dim 128, q/k/v biases, vocabulary 151,936, tied head; 1.54
 safetensors to a temp folder (no download: memory and time do not depend on the weights' values). Batch (seeded): 64
 rows, prompts uniform in 150..250 tokens, responses long-tailed (lognormal, median 400, sigma 0.9, rounded and clamped
 to [1, 2048]; 3 rows at exactly 2048), random token ids, right-padded. --allow-cpu: the same family shrunk (CPU_MODEL,
-CPU_BATCH, a 256-token budget so that the batch splits). The settings are those a run would get: the recipe tree
-(recipes/config.yaml and its defaults, by Hydra's compose API, or by a plain OmegaConf merge of the same files where
-Hydra is missing) with model.path set to the model, validated, and `rlvr.settings.resolve` for this device and the
-model's shape in a world of one. The learner always computes in bf16 (fp32 master weights), whatever the device resolves.
+CPU_BATCH, a 256-token budget so that the batch splits). The settings are those a run would get, and every learner is
+built as `rlvr train` builds its own (scripts/bench_config.py): the recipe tree (recipes/config.yaml and its defaults,
+by Hydra's compose API, or by a plain OmegaConf merge of the same files where Hydra is missing) with model.path set to
+the model, model.dtype=float32, lr 1e-6 constant and rollout.max_new_tokens the batch's longest response, validated,
+every `auto` resolved by rlvr.settings.for_this_machine in a world of one, then Learner.from_config; the loss is the
+recipe's (DAPO: rlvr.learner.loss_options). The learner always computes in bf16 (fp32 master weights), whatever the
+device resolves.
 
 Sections, in this order, each timed and printed as a markdown table as it goes; an exception in one (an OOM) is
 recorded as a failed check and the next one runs:
 
- update     Learner(dtype=float32, precision=bf16, and the resolved micro_batch_tokens, logits_chunk_tokens,
+ update     Learner.from_config(precision=bf16, and the resolved micro_batch_tokens, logits_chunk_tokens,
             activation_checkpointing, tf32), DAPO's loss: --warmup updates, one timed logprobs pass (the old logprobs),
             --steps timed updates (device synchronised around each; median). Update tokens/s = the batch's real tokens
             (prompt + response, no padding) / seconds. MFU = model FLOPs / seconds / --peak-tflops (989: the H100/H200
@@ -45,8 +48,8 @@ recorded as a failed check and the next one runs:
             fp32 logits: 110 tokens), the resolved GPU chunk and 4096: median seconds, TFLOP/s (four products of
             2 M H V: forward, backward's recompute, the two gradients), peak memory over what was allocated before;
             logprobs and gradients must agree across chunk sizes, and the resolved chunk must beat the old one.
- numerics   response logprobs of --numerics-rows rows under fresh Learner(precision=fp32) (TF32 off) and
-            Learner(precision=bf16) on the same weights: max and mean abs difference within the tolerances.
+ numerics   response logprobs of --numerics-rows rows under fresh learners with trainer.precision=fp32 (TF32
+            off) and bf16 on the same weights: max and mean abs difference within the tolerances.
 
 Then one line per check (ok / FAIL), a PASS or FAIL line, and as the very last line one JSON object with every number
 (tokens_per_s, mfu, head_s, *_peak_bytes, plan_ratio, numerics_*, device, torch, elapsed_s, and each section's
@@ -76,12 +79,11 @@ from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
-sys.path[:0] = [str(REPO), str(SCRIPTS)]  # rlvr from this checkout (not installed there), and bench_learner
+sys.path[:0] = [str(REPO), str(SCRIPTS)]  # rlvr from this checkout (not installed there), and bench_config
 sys.modules["vllm"] = None  # type: ignore[assignment]  # as on the GPU machine: any `import vllm` now raises ImportError
 
 import torch  # noqa: E402
 
-RECIPES = REPO / "recipes"  # the recipe tree (installed, it is the package rlvr.recipes; here it is read in place)
 TINY_ASSETS = REPO / "rlvr" / "assets" / "tiny-arith"  # its tokenizer files serve the random model (ids beyond it are fine)
 # Qwen/Qwen2.5-1.5B's config.json shapes (q/k/v biases are Qwen2's own)
 QWEN25_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -203,66 +205,36 @@ def long_tailed_batch(rows: int, vocab_size: int, *, prompt_min: int, prompt_max
     return RolloutBatch.from_completions(completions, rewards, [r > 0 for r in rewards], pad_id=0), advantages
 
 
-def compose_raw(overrides: list[str]) -> Any:
-    """recipes/config.yaml composed with `overrides`: by Hydra's compose API (as `rlvr train` does) where Hydra is
-    installed; else by merging the same files with OmegaConf (root, then each default's file: `# @package _global_`
-    ones at the root, the others under their group), the overrides last. (name of the method, raw config)"""
-    try:
-        from hydra import compose, initialize_config_dir
-    except ImportError:
-        import yaml
-        from omegaconf import OmegaConf
-
-        root = OmegaConf.load(RECIPES / "config.yaml")
-        defaults = root.pop("defaults")
-        merged = OmegaConf.create({k: v for k, v in root.items() if k != "hydra"})
-        for entry in defaults:
-            if entry == "_self_":
-                continue
-            ((group, name),) = entry.items()
-            path = RECIPES / group / f"{name}.yaml"
-            part = OmegaConf.load(path)
-            merged = OmegaConf.merge(merged, part if "@package _global_" in path.read_text() else {group: part})
-        for o in overrides:
-            key, value = o.split("=", 1)
-            OmegaConf.update(merged, key, yaml.safe_load(value), force_add=True)  # typed as Hydra types them
-        return "omegaconf (no hydra)", merged
-    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
-        return "hydra", compose("config", overrides=overrides)
+def run_overrides(model_path: str, batch_spec: dict) -> list[str]:
+    """What the check fixes on top of the run's config (recipes/config.yaml, DAPO): the model, fp32 master weights, a
+    constant lr of 1e-6 from the first update, the batch's longest response as rollout.max_new_tokens."""
+    return [f"model.path={model_path}", "model.dtype=float32", "trainer.lr=1e-6", "trainer.warmup_steps=0",
+            "trainer.lr_schedule=constant", f"rollout.max_new_tokens={batch_spec['response_max']}"]  # fmt: skip
 
 
-def resolved_settings(model_path: str, *, sleep: bool | None = None):
-    """(cfg, shape, Settings, composition method): what `rlvr train model.path=<model>` resolves on this device."""
-    from rlvr import settings
-    from rlvr.config import validate
+def resolved_settings(model_path: str, batch_spec: dict, *, sleep: bool | None = None):
+    """(cfg, shape, Settings, composition method): what `rlvr train model.path=<model>` resolves on this device
+    (scripts/bench_config.py: the recipe tree composed, validated, rlvr.settings.for_this_machine in a world of one)."""
+    from bench_config import composition, run_config, settings_of
+
     from rlvr.memory import ModelShape
 
-    overrides = ["trainer.output_dir=/tmp/unused", f"model.path={model_path}"]
-    if sleep is not None:
-        overrides.append(f"rollout.sleep={str(sleep).lower()}")
-    how, raw = compose_raw(overrides)
-    cfg = validate(raw)
+    cfg = run_config(*run_overrides(model_path, batch_spec), *([] if sleep is None else [f"rollout.sleep={str(sleep).lower()}"]))
     shape = ModelShape.from_config(json.loads((Path(model_path) / "config.json").read_text()))
-    s = settings.resolve(cfg, settings.DeviceSpec.detect(), shape, world_size=1, builtin=False)
-    return cfg, shape, s, how
+    return cfg, shape, settings_of(cfg), composition()
 
 
-def make_learner(model_path: str, *, precision: str, s: Any, micro_batch_rows: int, micro_batch_tokens: int | None = None,
-                 tf32: bool | None = None):  # fmt: skip
-    """A Learner as `rlvr train` builds one in a world of one (fp32 master weights, no reference), with `s`'s settings."""
-    from rlvr.learner import Learner
+def make_learner(ctx: dict, *, precision: str, tf32: bool | None = None):
+    """A Learner as `rlvr train` builds one in a world of one (Learner.from_config; fp32 master weights, no reference),
+    with the check's settings: `s`'s (the resolved ones), the check's micro-batch budget, `precision` (and `tf32`)."""
+    from bench_config import build_learner, run_config
 
-    return Learner(model_path, dtype="float32", lr=1e-6, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
-                   total_updates=10**6, grad_clip=1.0, micro_batch_rows=micro_batch_rows,
-                   micro_batch_tokens=s.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens,
-                   with_reference=False, precision=precision, activation_checkpointing=s.activation_checkpointing,
-                   logits_chunk_tokens=s.logits_chunk_tokens, tf32=s.tf32 if tf32 is None else tf32)  # fmt: skip
-
-
-def loss_kwargs(batch: Any) -> dict:
-    from bench_learner import LOSS_KWARGS  # DAPO's: token ratio, clip-higher, token-mean, no KL
-
-    return {**LOSS_KWARGS, "max_len": int(batch.response_ids.shape[1])}
+    s = ctx["settings"]
+    cfg = run_config(*run_overrides(ctx["model_path"], ctx["batch_spec"]), f"trainer.precision={precision}",
+                     f"trainer.micro_batch_rows={ctx['micro_batch_rows']}", f"trainer.micro_batch_tokens={ctx['micro_batch_tokens']}",
+                     f"trainer.activation_checkpointing={str(s.activation_checkpointing).lower()}",
+                     f"trainer.logits_chunk_tokens={s.logits_chunk_tokens}", f"trainer.tf32={str(s.tf32 if tf32 is None else tf32).lower()}")  # fmt: skip
+    return build_learner(cfg)
 
 
 def finite(metrics: dict) -> bool:
@@ -300,14 +272,13 @@ def model_flops(shape: Any, batch: Any) -> dict:
 
 def section_update(ctx: dict, args: argparse.Namespace) -> dict:
     """bf16 update throughput, MFU, and the peak over the timed updates (for the plan check)."""
-    batch, advantages, shape, s = ctx["batch"], ctx["advantages"], ctx["shape"], ctx["settings"]
-    learner, build_s = timed(lambda: make_learner(ctx["model_path"], precision="bf16", s=s, micro_batch_rows=ctx["micro_batch_rows"],
-                                                  micro_batch_tokens=ctx["micro_batch_tokens"]))  # fmt: skip
+    batch, advantages, shape = ctx["batch"], ctx["advantages"], ctx["shape"]
+    learner, build_s = timed(lambda: make_learner(ctx, precision="bf16"))
     ctx["learner"] = learner
-    mask, kwargs = batch.response_mask, loss_kwargs(batch)
+    mask, options = batch.response_mask, ctx["loss"]
     history, warmup_s = [], []
     for _ in range(args.warmup):  # pi_old = pi_theta; the first update pays AdamW's state, cuBLAS handles, kernel choice
-        m, sec = timed(lambda: learner.update(batch, advantages, mask, None, None, loss_kwargs=kwargs))
+        m, sec = timed(lambda: learner.update(batch, advantages, mask, None, None, options=options))
         history.append(m)
         warmup_s.append(sec)
     old_logprobs, logprobs_s = timed(lambda: learner.logprobs(batch))  # [N, T]
@@ -328,7 +299,7 @@ def section_update(ctx: dict, args: argparse.Namespace) -> dict:
     try:
         for _ in range(args.steps):
             segments.clear()
-            m, sec = timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, loss_kwargs=kwargs))
+            m, sec = timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, options=options))
             mark()
             history.append(m)
             step_s.append(sec)
@@ -447,7 +418,7 @@ def section_lifecycle(ctx: dict, args: argparse.Namespace) -> dict:
     """Updates beside the engine's awake share (a placeholder allocation), then after releasing it."""
     learner, batch, advantages, cfg, s = ctx["learner"], ctx["batch"], ctx["advantages"], ctx["cfg"], ctx["settings"]
     awake = ctx["awake_settings"]  # what resolve gives with rollout.sleep=false: a budget beside the awake engine
-    mask, kwargs, old_logprobs = batch.response_mask, loss_kwargs(batch), ctx["old_logprobs"]
+    mask, options, old_logprobs = batch.response_mask, ctx["loss"], ctx["old_logprobs"]
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory if cuda() else 0
     share = int(cfg.rollout.gpu_memory_utilization * total)  # 0 on CPU (--allow-cpu runs the code path, nothing held)
 
@@ -460,7 +431,7 @@ def section_lifecycle(ctx: dict, args: argparse.Namespace) -> dict:
                 learner.model.gradient_checkpointing_disable()
         free()
         try:
-            metrics, sec = timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, loss_kwargs=kwargs))
+            metrics, sec = timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, options=options))
             out = {"fits": True, "s": sec, "finite": finite(metrics)}
         except RuntimeError as e:  # an OOM is the point of the test: report it, and leave the learner clean
             if not isinstance(e, torch.OutOfMemoryError) and "out of memory" not in str(e):
@@ -562,8 +533,7 @@ def section_numerics(ctx: dict, args: argparse.Namespace) -> dict:
     logp = {}
     for precision in ("fp32", "bf16"):
         torch.set_float32_matmul_precision("highest")  # an earlier learner's tf32=True is process-wide: off for fp32
-        learner = make_learner(ctx["model_path"], precision=precision, s=ctx["settings"], micro_batch_rows=ctx["micro_batch_rows"],
-                               micro_batch_tokens=ctx["micro_batch_tokens"], tf32=False)  # fmt: skip
+        learner = make_learner(ctx, precision=precision, tf32=False)
         logp[precision] = learner.logprobs(batch)  # [n, T] fp32, on the CPU
         del learner
         free()
@@ -624,6 +594,7 @@ def run(args: argparse.Namespace, ctx: dict, t0: float) -> None:
         return
     ctx["checks"].append(("rlvr.learner imports without vllm", True))
     import transformers
+    from bench_config import loss_options
 
     from rlvr.memory import ModelShape
     from rlvr.settings import asked
@@ -637,17 +608,18 @@ def run(args: argparse.Namespace, ctx: dict, t0: float) -> None:
         tmp = ctx["tmp"]
         model_path, build_s = timed(lambda: str(build_model(Path(tmp) / "model", {} if cuda() else CPU_MODEL)))
         ctx["model_path"] = model_path
-        cfg, shape, s, how = resolved_settings(model_path)
+        batch_spec = ctx["batch_spec"] = GPU_BATCH if cuda() else CPU_BATCH
+        cfg, shape, s, how = resolved_settings(model_path, batch_spec)
         expected = ModelShape.from_config({**QWEN25_15B, **({} if cuda() else CPU_MODEL), "model_type": "qwen2"})
         ctx["checks"].append((f"setup: the model has {'Qwen2.5-1.5B' if cuda() else 'CPU_MODEL'}'s shapes ({shape.num_params:,} parameters)",
                               shape == expected))  # fmt: skip
         # with the engine awake; on CPU (no sleep mode, nothing to hold) a smaller budget with checkpointing switched,
         # so that --allow-cpu runs the lifecycle's code path
-        ctx["awake_settings"] = (resolved_settings(model_path, sleep=False)[2] if cuda() else
+        ctx["awake_settings"] = (resolved_settings(model_path, batch_spec, sleep=False)[2] if cuda() else
                                  replace(s, micro_batch_tokens=CPU_MICRO_BATCH_TOKENS // 2, activation_checkpointing=not s.activation_checkpointing))  # fmt: skip
-        ctx.update(cfg=cfg, shape=shape, settings=s, micro_batch_rows=cfg.trainer.micro_batch_rows)
+        ctx.update(cfg=cfg, shape=shape, settings=s, micro_batch_rows=cfg.trainer.micro_batch_rows, loss=loss_options(cfg))
         ctx["micro_batch_tokens"] = args.micro_batch_tokens or (s.micro_batch_tokens if cuda() else CPU_MICRO_BATCH_TOKENS)
-        batch, advantages = long_tailed_batch(vocab_size=shape.vocab_size, **(GPU_BATCH if cuda() else CPU_BATCH))
+        batch, advantages = long_tailed_batch(vocab_size=shape.vocab_size, **batch_spec)
         ctx.update(batch=batch, advantages=advantages)
         lengths = batch.attention_mask.sum(1)
         response = batch.response_mask.sum(1)

@@ -3,7 +3,8 @@
     python scripts/make_sums.py sums.jsonl [--rows 400] [--seed 0]
 
 Each row is {"prompt": ..., "answer": ...}; train on it with `rlvr train model=smollm2_135m data=file
-data.path=sums.jsonl reward.verifier=math`.
+data.path=sums.jsonl reward.verifier=math`. The last line of stdout is one JSON object (path, rows, seed). Seconds at
+any size, so it needs no smoke mode (tests/test_scripts.py runs it as it is).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows(args.rows, args.seed))
+    print(json.dumps({"path": args.path, "rows": args.rows, "seed": args.seed}))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """Check rlvr.memory's learner peak against a measurement: the peak of live tensor memory of a real update.
 
-    python scripts/measure_memory.py [--shapes llama qwen2] [--settings fp32 bf16 fp32-ckpt bf16-ckpt] [--json]
+    python scripts/measure_memory.py [--shapes llama qwen2] [--settings fp32 bf16 fp32-ckpt bf16-ckpt] [--json] [--smoke]
 
 For each shape (a randomly initialised model written to a temp folder, built from a config: no download) and setting
 (fp32, or bf16 autocast over fp32 weights; with or without activation checkpointing), one rlvr.learner.Learner in a
-world of one (the plain module) runs one warm-up update (AdamW's state comes at the first step), then one measured
+world of one (the plain module), built as rlvr train builds it (scripts/bench_config.py; DAPO's loss), runs one warm-up update (AdamW's state comes at the first step), then one measured
 update under `LiveTensors` (a TorchDispatchMode that tracks every live tensor storage: the model, its gradients, the
 optimizer state, activations and temporaries; RSS would be too noisy, and torch's MemTracker refuses a module called
 twice in one step, which micro-batches do). The batch has 8 rows: six of `--length`
 tokens and two 8 tokens shorter, so that the second micro-batch (4 rows, trainer.micro_batch_tokens = 4 x length) is
 padded and carries SDPA's mask, and runs when every gradient already exists: the peak rlvr.memory.learner_memory
 describes. Prediction and measurement go side by side into one markdown table; with --json the last line is a JSON
-list of the rows. On 2 CPU cores (no AVX512-BF16: bf16 is emulated) the default run takes about 20 minutes. Not a test.
+list of the rows. On 2 CPU cores (no AVX512-BF16: bf16 is emulated) the default run takes about 20 minutes. Not a test;
+--smoke (seconds: both families at hidden 64, 2 layers, vocabulary 2,048; fp32 and bf16; length 16) is
+tests/test_scripts.py's.
 
 Shapes (vocabulary and grouping like the models users train, depth and width cut so that a CPU can run them):
     llama  hidden 512, 8 layers, 8 heads over 2 KV heads (transformers' repeat_kv copies K and V), MLP 1408,
@@ -40,8 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from rlvr import settings  # noqa: E402
 from rlvr.memory import GIB, ModelShape, learner_memory  # noqa: E402
-from rlvr.settings import CPU_LOGITS_CHUNK_BYTES  # noqa: E402
 from rlvr.types import Completion, RolloutBatch  # noqa: E402
 
 TINY_ASSETS = REPO / "rlvr" / "assets" / "tiny-arith"
@@ -52,15 +54,11 @@ SHAPES: dict[str, dict] = {
                   intermediate_size=1216, vocab_size=151936, tie_word_embeddings=True),
 }  # fmt: skip
 SETTINGS = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp32-ckpt": ("fp32", True), "bf16-ckpt": ("bf16", True)}
-LOSS_KWARGS = dict(
-    ratio="token",
-    clip_low=0.2,
-    clip_high=0.28,
-    aggregation="token_mean",
-    kl_coef=0.0,
-    kl_estimator="k3",
-    clip_ratio_c=None,
-)
+# --smoke: the same two families shrunk to seconds (hidden 64, 2 layers, a 2,048-token vocabulary), fp32 and bf16
+SMOKE_SHAPES = {name: {**shape, "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 2048,
+                       "num_attention_heads": 4 if name == "llama" else 2}  # fmt: skip
+                for name, shape in SHAPES.items()}
+SMOKE_SETTINGS = ["fp32", "bf16"]
 
 
 class LiveTensors(TorchDispatchMode):
@@ -138,26 +136,32 @@ def make_batch(length: int, vocab_size: int) -> tuple[RolloutBatch, list[int]]:
 
 
 def measure(folder: Path, shape: ModelShape, *, precision: str, checkpointing: bool, length: int) -> dict:
-    """The measured and the predicted peak of one update (bytes), with the prediction's parts."""
-    from rlvr.learner import Learner
+    """The measured and the predicted peak of one update (bytes), with the prediction's parts. The learner is built as
+    rlvr train builds one (scripts/bench_config.py): the recipe tree (DAPO's loss) with the model, fp32 master weights,
+    the setting's precision and checkpointing and a 4-row token budget, every other `auto` resolved for this machine."""
+    from bench_config import build_learner, loss_options, run_config
 
-    learner = Learner(str(folder), dtype="float32", lr=1e-6, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
-                      total_updates=10, grad_clip=1.0, micro_batch_rows=256, micro_batch_tokens=4 * length,
-                      with_reference=False, precision=precision, activation_checkpointing=checkpointing)  # fmt: skip
+    cfg = run_config(f"model.path={folder}", "model.dtype=float32", "trainer.lr=1e-6", "trainer.warmup_steps=0",
+                     "trainer.lr_schedule=constant", "trainer.micro_batch_rows=256", f"trainer.micro_batch_tokens={4 * length}",
+                     f"trainer.precision={precision}", f"trainer.activation_checkpointing={str(checkpointing).lower()}",
+                     f"rollout.max_new_tokens={length}")  # fmt: skip
+    learner = build_learner(cfg)
     batch, responses = make_batch(length, shape.vocab_size)
     advantages = torch.randn(8, generator=torch.Generator().manual_seed(1))
-    kwargs = {**LOSS_KWARGS, "max_len": length}
-    learner.update(batch, advantages, batch.response_mask, None, None, loss_kwargs=kwargs)  # AdamW's state appears
+    options = loss_options(cfg)
+    learner.update(batch, advantages, batch.response_mask, None, None, options=options)  # AdamW's state appears
     tracker = LiveTensors()
     state = [t for s in learner.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     tracker.track([*learner.model.parameters(), *learner.model.buffers(), *state])
     with tracker:
-        learner.update(batch, advantages, batch.response_mask, None, None, loss_kwargs=kwargs)
+        learner.update(batch, advantages, batch.response_mask, None, None, options=options)
     measured = tracker.peak
-    chunk = max(1, CPU_LOGITS_CHUNK_BYTES // (4 * shape.vocab_size))
+    t = cfg.trainer
+    sharded = settings.sharded(1, t.cpu_offload)
     # the second micro-batch: rows 5-8 after the longest-first sort (two of `length`, two of length - 8), padded to `length`
-    parts = learner_memory(shape, world_size=1, precision=precision, sharded=False, autocast=precision == "bf16", checkpointing=checkpointing, tokens=4 * length,
-                           chunk_tokens=chunk, reference=False, seq_len=length,
+    parts = learner_memory(shape, world_size=1, precision=str(t.precision.value), sharded=sharded,
+                           autocast=settings.autocast(str(t.precision.value), sharded), checkpointing=bool(t.activation_checkpointing),
+                           tokens=4 * length, chunk_tokens=int(t.logits_chunk_tokens), reference=cfg.algo.kl_coef > 0, seq_len=length,
                            response_tokens=sum(sorted(responses, reverse=True)[4:]))  # fmt: skip
     del learner
     return {"measured": measured, "predicted": sum(parts.values()), "parts": parts}
@@ -166,11 +170,15 @@ def measure(folder: Path, shape: ModelShape, *, precision: str, checkpointing: b
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--length", type=int, default=64, help="tokens of the longest rows")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="default: all (--smoke: fp32 bf16)")
+    parser.add_argument("--length", type=int, help="tokens of the longest rows (default: 64; --smoke: 16)")
+    parser.add_argument("--smoke", action="store_true", help="seconds: both families shrunk (SMOKE_SHAPES), fp32 and bf16")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    args.settings = args.settings or (SMOKE_SETTINGS if args.smoke else list(SETTINGS))
+    args.length = args.length or (16 if args.smoke else 64)
+    shapes = SMOKE_SHAPES if args.smoke else SHAPES
     torch.set_num_threads(args.threads)
     rows = []
     print(
@@ -178,7 +186,7 @@ def main() -> int:
     )
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.shapes:
-            folder = build_model(Path(tmp) / name, SHAPES[name])
+            folder = build_model(Path(tmp) / name, shapes[name])
             shape = ModelShape.from_config(json.loads((folder / "config.json").read_text()))
             for setting in args.settings:
                 precision, checkpointing = SETTINGS[setting]
