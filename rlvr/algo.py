@@ -9,6 +9,7 @@ are selected out, never trusted, but should be finite so that gradients stay fin
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -283,6 +284,46 @@ def policy_loss_terms(
             metrics["rollout_ratio_max"] = _stat(raw, torch.max, 1.0)
             metrics["rollout_capped_frac"] = _frac(raw > rollout_correction_cap)
     return loss, metrics
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """The run's loss options (the recipe's algo.* and rollout.max_new_tokens), as the loop hands them to the learner:
+    policy_loss_terms' keyword arguments of that name."""
+
+    ratio: str
+    clip_low: float
+    clip_high: float
+    aggregation: str
+    max_len: int | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    clip_ratio_c: float | None = None
+    rollout_correction: str = "none"
+    rollout_correction_cap: float = 2.0
+
+    def kwargs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def combine_metrics(parts: list[tuple[dict[str, Tensor], dict[str, Tensor]]]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Micro-batches' policy_loss metrics -> the mini-batch's, on this rank: `parts` holds each micro-batch's metrics
+    and its shares ({"tokens": its counted tokens / the mini-batch's, "units": the same for metric units}). Returns
+    (sums: the "sum" metrics summed, the "tokens"/"units" ones weighted by their shares and summed; extremes: the
+    largest "max" metric, and the largest negated "min" one), each a 0-d tensor: summing the sums and taking the
+    largest extremes over ranks gives the global values (METRIC_REDUCTIONS)."""
+    sums: dict[str, Tensor] = {}
+    extremes: dict[str, Tensor] = {}
+    for metrics, share in parts:
+        for k, v in metrics.items():
+            how = METRIC_REDUCTIONS.get(k, "units")
+            if how in ("sum", "tokens", "units"):
+                term = v if how == "sum" else v * share[how]
+                sums[k] = sums[k] + term if k in sums else term
+            else:
+                v = v if how == "max" else -v
+                extremes[k] = torch.maximum(extremes[k], v) if k in extremes else v
+    return sums, extremes
 
 
 def policy_loss(*args: Any, **kwargs: Any) -> tuple[Tensor, dict[str, float]]:

@@ -91,7 +91,7 @@ class RolloutCorrection(str, enum.Enum):
 class PiOld(str, enum.Enum):
     learner = "learner"  # a no-grad pass of the learner over the batch
     engine = "engine"  # the engine's sampled-token logprobs (verl's bypass mode)
-    auto = "auto"  # engine where it computes what the learner would (rlvr.trainer.pi_old_from_engine), else learner
+    auto = "auto"  # engine where it computes what the learner would (rlvr.startup.pi_old_from_engine), else learner
 
 
 class Precision(str, enum.Enum):

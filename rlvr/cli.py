@@ -5,7 +5,6 @@ dispatches."""
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 import shutil
 import sys
@@ -17,11 +16,9 @@ import hydra
 from omegaconf import DictConfig
 
 from rlvr import console
-from rlvr.config import GROUPS, ConfigError, override_key, unknown_key_message, validate
+from rlvr.config import GROUPS, RECIPES, ConfigError, override_key, unknown_key_message, validate
 from rlvr.eval_cli import APP_KEYS
 from rlvr.imports import heavy_imports
-
-RECIPES = str(importlib.resources.files("rlvr.recipes"))  # the YAML tree ships inside the package
 
 USAGE = """usage: rlvr <command> [args]
 

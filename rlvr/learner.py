@@ -1,12 +1,14 @@
-"""The policy (and, when the KL term is on, a frozen reference) under FSDP2, and its optimizer.
+"""The policy (and, when the KL term is on, a frozen reference) and its optimizer: logprobs, the update, the weights
+out (to the engine, to a folder) and the sharded state in and out. Built from a run's config by Learner.from_config.
 
-Every rank holds a shard of every parameter (`fully_shard` per decoder layer and at the root; a world of one
-trains the plain module). Every rank is handed the same full batch; each computes logprobs for, and trains
-on, its own contiguous share of the rows, and the loss normalizers are the batch's global counts, so the
-summed gradient over micro-batches and ranks is the full-batch gradient (rlvr.algo.aggregate). After the
-updates the full weights are gathered one parameter at a time for the rollout engine. The LM head's chunked logprobs
-are rlvr.lm_head's, the micro-batch plan rlvr.batching's.
-"""
+Every rank holds a shard of every parameter when the run is sharded (rlvr.sharding builds it: `fully_shard` per
+decoder layer and at the root; rlvr.settings.sharded decides; a world of one trains the plain module). Every rank is
+handed the same full batch; each computes logprobs for, and trains on, its own contiguous share of the rows, and the
+loss normalizers are the batch's global counts, so the summed gradient over micro-batches and ranks is the full-batch
+gradient (rlvr.algo.aggregate). After the updates the full weights are gathered one parameter at a time for the
+rollout engine. The LM head's chunked logprobs are rlvr.lm_head's, the micro-batch plan rlvr.batching's, the adapter
+rlvr.lora's. (~380 lines: the class is one job, the update's contract; the CPU allocator setting and the lr schedule
+beside it are the optimizer's.)"""
 
 from __future__ import annotations
 
@@ -17,10 +19,9 @@ import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -28,39 +29,18 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
 from torch.distributed.tensor import DTensor
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoTokenizer, PreTrainedModel
 
-from rlvr import algo, distributed, lora
+from rlvr import algo, distributed, lora, settings, sharding
 from rlvr.batching import micro_batches, split_to
-from rlvr.config import ConfigError
+from rlvr.config import AUTO, ConfigError
 from rlvr.lm_head import has_plain_head, response_logprobs
-from rlvr.settings import DeviceSpec
 from rlvr.types import RolloutBatch
 
 # devices with torch's fused AdamW kernel (torch.utils._foreach_utils._get_fused_kernels_supported_devices, less the rare ones)
 FUSED_OPTIMIZER_DEVICES = ("cpu", "cuda", "xpu", "mps")
-
-
-@contextlib.contextmanager
-def _parameters_on_meta() -> Iterator[None]:
-    """Modules built inside get their parameters on the meta device (no memory) and their buffers as usual (rotary
-    tables are computed at construction and are in no checkpoint), as accelerate's init_empty_weights(include_buffers=
-    False) does."""
-    register = torch.nn.Module.register_parameter
-
-    def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
-        register(module, name, param)
-        if param is not None and param.device.type != "meta":  # (a meta one is being shared: tied embeddings stay tied)
-            module._parameters[name] = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign, assignment]
-    try:
-        yield
-    finally:
-        torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
 def keep_freed_memory() -> None:
@@ -93,33 +73,43 @@ def lr_factor(update: int, *, warmup: int, total: int, schedule: str) -> float:
     raise ValueError(f"unknown lr_schedule {schedule!r}; valid choices: constant, cosine")
 
 
+def loss_options(cfg: Any) -> algo.LossOptions:
+    """The run's loss options: the recipe's algo.* and the rollout's max length (Dr.GRPO's normalizer)."""
+    a = cfg.algo
+    return algo.LossOptions(
+        ratio=a.ratio.value,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        clip_ratio_c=a.clip_ratio_c,
+        aggregation=a.aggregation.value,
+        max_len=cfg.rollout.max_new_tokens,
+        kl_coef=a.kl_coef,
+        kl_estimator=a.kl_estimator.value,
+        rollout_correction=a.rollout_correction.value,
+        rollout_correction_cap=a.rollout_correction_cap,
+    )
+
+
 class Learner:
     """A causal LM trained by the clipped policy-gradient loss of rlvr.algo, sharded by FSDP2 over all ranks (a
     world of one trains the plain module)."""
 
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        dtype: str,
-        lr: float,
-        weight_decay: float,
-        warmup_steps: int,
-        lr_schedule: str,
-        total_updates: int,
-        grad_clip: float,
-        micro_batch_rows: int,
-        with_reference: bool,
-        micro_batch_tokens: int = 0,
-        temperature: float = 1.0,
-        precision: str = "auto",
-        activation_checkpointing: bool = False,
-        cpu_offload: bool = False,
-        shard: bool | None = None,
-        logits_chunk_tokens: int = 0,
-        tf32: bool = False,
-        lora_spec: lora.LoraSpec | None = None,
-    ) -> None:
+    @classmethod
+    def from_config(cls, cfg: Any, model_path: str, *, shard: bool | None = None) -> Learner:
+        """The run's learner: `cfg` a validated Config whose device settings rlvr.settings has resolved (for_run),
+        `model_path` the resolved model.path. `shard`: True trains under FSDP2 even alone (tests: the same step as the
+        plain module); None leaves it to rlvr.settings.sharded."""
+        t = cfg.trainer
+        unresolved = [k for k in ("precision", "micro_batch_tokens", "logits_chunk_tokens", "tf32", "activation_checkpointing")
+                      if getattr(t, k) == AUTO]  # fmt: skip
+        if unresolved:
+            raise ValueError(f"Learner.from_config: trainer.{', trainer.'.join(unresolved)} still auto; resolve the "
+                             "config first (rlvr.settings.for_run), as rlvr train does")  # fmt: skip
+        return cls(cfg, model_path, shard=shard)
+
+    def __init__(self, cfg: Any, model_path: str, *, shard: bool | None = None) -> None:
+        """Use from_config."""
+        a, t = cfg.algo, cfg.trainer
         distributed.init()
         self.model_path = model_path
         self.device = distributed.device()
@@ -127,34 +117,31 @@ class Learner:
         self.rank = distributed.rank()
         if self.device.type == "cpu":
             keep_freed_memory()
-        if cpu_offload and self.device.type != "cuda":
+        if t.cpu_offload and self.device.type != "cuda":
             raise ConfigError("trainer.cpu_offload moves FSDP2 state from the GPU to the CPU; on a CPU-only machine it does nothing useful: set it to false")
-        # precision comes resolved (rlvr.settings); auto here, for direct users of the class, takes the same rule
-        if precision == "auto":
-            precision = "bf16" if dtype == "float32" and DeviceSpec.detect().bf16 else "fp32"
-        bf16 = precision == "bf16"
+        dtype = cfg.model.dtype
+        bf16 = t.precision == "bf16"  # resolved by rlvr.settings
         self.precision = "bf16" if bf16 else dtype
-        if tf32:  # the matmuls left in fp32 (none of the model's under bf16) use TF32 tensor cores
+        if t.tf32:  # the matmuls left in fp32 (none of the model's under bf16) use TF32 tensor cores
             torch.set_float32_matmul_precision("high")
         self.mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
-        self.offload: OffloadPolicy = CPUOffloadPolicy(pin_memory=True) if cpu_offload else OffloadPolicy()
-        # FSDP2 over a single rank shards nothing but puts DTensor dispatch and parameter copy-in/out on every op
-        # (63 vs 42 ms per update of the built-in model, +50%): a world of one trains the plain module, with
-        # autocast for bf16, unless CPU offload (an FSDP2 feature) is asked for.
-        self.sharded = self.world_size > 1 or cpu_offload if shard is None else shard  # shard=True: FSDP2 even alone
-        self.autocast_dtype = torch.bfloat16 if bf16 and not self.sharded else None
+        self.offload: OffloadPolicy = CPUOffloadPolicy(pin_memory=True) if t.cpu_offload else OffloadPolicy()
+        self.sharded = settings.sharded(self.world_size, t.cpu_offload) if shard is None else shard
+        self.autocast_dtype = torch.bfloat16 if settings.autocast(str(t.precision.value), self.sharded) else None
         compute_dtype = "bfloat16" if bf16 else dtype
+        lora_spec = lora.LoraSpec.from_config(cfg)
         self.lora = lora_spec
+        activation_checkpointing = bool(t.activation_checkpointing)
         # LoRA (rlvr.lora): the base frozen in the compute dtype, the adapter's master weights in `dtype`
         self.model = self._build(compute_dtype if lora_spec else dtype, activation_checkpointing, lora_spec, dtype)
         self.model.train()
         # the frozen reference only ever runs forward in the compute dtype: store it so (half the memory under bf16).
-        # With LoRA there is no second model: the base with the adapter disabled, or a snapshot of the adapter
         # With LoRA there is no second model: the reference is a snapshot of the starting adapter (a fresh one has B = 0,
         # so the reference is the base model exactly), swapped in for its pass. (Not peft's disable_adapter: it flips
         # requires_grad on the adapter, and FSDP2 fixes its gradient dtypes at the first forward from requires_grad.)
         self.reference = None
         self.reference_adapter: lora.Snapshot | None = None
+        with_reference = a.kl_coef > 0
         if with_reference and lora_spec:
             self.reference_adapter = lora.Snapshot(self.model)
         elif with_reference:
@@ -163,15 +150,15 @@ class Learner:
         # fused: one kernel over all parameters instead of a Python loop of per-tensor ops (CPU and CUDA since torch 2.4;
         # DTensor shards included): the built-in model's AdamW step takes 0.6 instead of 2.7 ms on 2 CPU cores
         fused = self.device.type in FUSED_OPTIMIZER_DEVICES
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=lr, weight_decay=weight_decay, fused=fused)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, partial(lr_factor, warmup=warmup_steps, total=total_updates, schedule=lr_schedule)
-        )
-        self.grad_clip = grad_clip
-        self.micro_batch_rows = micro_batch_rows
-        self.micro_batch_tokens = micro_batch_tokens
-        self.temperature = temperature
-        self.logits_chunk_tokens = logits_chunk_tokens  # 0: rlvr.settings' CPU rule
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, weight_decay=t.weight_decay, fused=fused)
+        total_updates = t.max_steps * a.prompts_per_step // a.prompts_per_minibatch * a.epochs  # optimizer updates in the run
+        schedule = partial(lr_factor, warmup=t.warmup_steps, total=total_updates, schedule=t.lr_schedule.value)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.grad_clip = t.grad_clip
+        self.micro_batch_rows = t.micro_batch_rows
+        self.micro_batch_tokens = int(t.micro_batch_tokens)
+        self.temperature = cfg.rollout.temperature  # the learner's logprobs are those of the distribution the engine samples
+        self.logits_chunk_tokens = int(t.logits_chunk_tokens)
         # GPUs: FSDP2 reduce-scatters each micro-batch's gradients as its backward ends (NCCL overlaps it with the
         # backward), so every rank keeps only its shard of them; syncing only after the last micro-batch would keep
         # unsharded fp32 gradients on every rank (28 GiB at 7B, against 3.5 GiB sharded over 8). CPUs: once, after the
@@ -185,40 +172,15 @@ class Learner:
     def _build(self, dtype: str, activation_checkpointing: bool, lora_spec: lora.LoraSpec | None = None,
                adapter_dtype: str = "float32") -> PreTrainedModel:  # fmt: skip
         """The model from `model_path` on this rank's device (with lora_spec's adapter, in `adapter_dtype`, over a base
-        in `dtype`): fully_shard-ed per decoder layer and at the root when sharded. Sharded, only rank 0 reads the
-        checkpoint; every rank builds the model with its parameters on the meta device (no memory), shards it,
-        allocates its own shards, and rank 0 broadcasts the weights (and its seeded adapter) into them: one full copy
-        on one rank instead of one per rank (227 GiB of fp32 per 8-rank node for a 7B model)."""
-        torch_dtype = getattr(torch, dtype)
+        in `dtype`), sharded or not (rlvr.sharding.build)."""
 
         def adapted(model: PreTrainedModel) -> PreTrainedModel:
             if activation_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             return lora.wrap(model, lora_spec, getattr(torch, adapter_dtype)) if lora_spec else model
 
-        if not self.sharded:
-            model = adapted(AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype))
-            torch.nn.Module.to(model, self.device)  # (not through transformers' `to`, which mypy mis-types)
-            return model
-        full = adapted(AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype)).state_dict() if self.rank == 0 else {}
-        with _parameters_on_meta():
-            model = adapted(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.model_path), dtype=torch_dtype))
-        buffers = {name: b.clone() for name, b in model.named_buffers()}  # rotary tables etc., computed, not stored
-        mesh = init_device_mesh(self.device.type, (self.world_size,))
-        layer_types = set(getattr(model, "_no_split_modules", None) or [])  # HF's name for the decoder block class
-        layers = [m for m in model.modules() if type(m).__name__ in layer_types]
-        if not layers:
-            raise ValueError(f"{self.model_path}: found no decoder layers to shard (model._no_split_modules={layer_types})")
-        for layer in layers:
-            fully_shard(layer, mesh=mesh, mp_policy=self.mp_policy, offload_policy=self.offload)
-        fully_shard(model, mesh=mesh, mp_policy=self.mp_policy, offload_policy=self.offload)
-        model.to_empty(device="cpu" if isinstance(self.offload, CPUOffloadPolicy) else self.device)  # this rank's shards
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                b.copy_(buffers[name])
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        set_model_state_dict(model, full, options=options)  # rank 0's weights into every rank's shards
-        return model
+        return sharding.build(self.model_path, getattr(torch, dtype), adapted, device=self.device, sharded=self.sharded,
+                              rank=self.rank, world_size=self.world_size, mp_policy=self.mp_policy, offload=self.offload)  # fmt: skip
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         """bf16 compute for the unsharded model (FSDP2's MixedPrecisionPolicy does it for the sharded one)."""
@@ -244,10 +206,8 @@ class Learner:
         if self.reference_adapter is not None:
             self.reference_adapter.copy_from(self.model)
         if self.reference is not None:
-            for model in (self.model, self.reference):
-                for module in model.modules():  # FSDP2 leaves the root's parameters gathered after a forward
-                    if isinstance(module, FSDPModule):
-                        module.reshard()
+            sharding.reshard(self.model)
+            sharding.reshard(self.reference)
             with torch.no_grad():
                 for ref, param in zip(self.reference.parameters(), self.model.parameters(), strict=True):
                     ref.copy_(param)
@@ -299,7 +259,7 @@ class Learner:
         old_logprobs: torch.Tensor | None,
         ref_logprobs: torch.Tensor | None,
         *,
-        loss_kwargs: dict,
+        options: algo.LossOptions,
     ) -> dict[str, float]:
         """One optimizer update on a mini-batch (advantages [n], mask [n, T], logprobs [n, T]), the same on every rank.
 
@@ -310,7 +270,7 @@ class Learner:
         """
         num_tokens = mask.sum()  # [] the same on every rank: each holds the whole mini-batch
         num_sequences = batch.num_rows
-        num_units = algo.metric_units(mask, loss_kwargs["ratio"]).sum()  # [] what the clip statistics average over
+        num_units = algo.metric_units(mask, options.ratio).sum()  # [] what the clip statistics average over
         rows = self._my_rows(batch.num_rows)
         batch, advantages, mask = batch.select(rows).to(self.device), advantages[rows].to(self.device), mask[rows].to(self.device)
         old_logprobs = None if old_logprobs is None else old_logprobs[rows].to(self.device)
@@ -318,8 +278,7 @@ class Learner:
         num_tokens, num_units = num_tokens.to(self.device), num_units.to(self.device)
         # The metrics stay on the device until the update is done: one host synchronization reads them all (and one more
         # decides whether the gradient norm is finite), instead of one per metric per micro-batch.
-        sums: dict[str, torch.Tensor] = {}  # metrics reduced by "sum", "tokens" or "units" (algo.METRIC_REDUCTIONS)
-        extremes: dict[str, torch.Tensor] = {}  # "max" metrics, and "min" ones negated
+        parts: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []  # each micro-batch's metrics, shares
         entropy_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         plan = self._micro_batches(batch)
         for j, micro in enumerate(plan):  # micro: row indices [m]
@@ -337,22 +296,15 @@ class Learner:
                 num_sequences=num_sequences,
                 num_tokens=num_tokens,
                 loss_scale=self.world_size,
-                **loss_kwargs,
+                **options.kwargs(),
             )
             loss.backward()
             # metrics are means over this micro-batch's tokens or units: weight each by its share of the mini-batch's
             share = {
                 "tokens": mask[micro].sum().double() / num_tokens.clamp(min=1),
-                "units": algo.metric_units(mask[micro], loss_kwargs["ratio"]).sum().double() / num_units.clamp(min=1),
+                "units": algo.metric_units(mask[micro], options.ratio).sum().double() / num_units.clamp(min=1),
             }
-            for k, v in metrics.items():
-                how = algo.METRIC_REDUCTIONS.get(k, "units")
-                if how in ("sum", "tokens", "units"):
-                    term = v if how == "sum" else v * share[how]
-                    sums[k] = sums[k] + term if k in sums else term
-                else:
-                    v = v if how == "max" else -v
-                    extremes[k] = torch.maximum(extremes[k], v) if k in extremes else v
+            parts.append((metrics, share))
             assert entropy is not None
             entropy_sum += (entropy * mask[micro]).sum()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.grad_clip)
@@ -366,6 +318,7 @@ class Learner:
             self.scheduler.step()  # the schedule counts update slots, skipped or not
         self.optimizer.zero_grad(set_to_none=True)
         # every rank's sums cover its rows, weighted by global counts: the global value is their sum
+        sums, extremes = algo.combine_metrics(parts)  # "max" metrics, and "min" ones negated
         keys, names = sorted(sums), sorted(extremes)
         totals = distributed.all_reduce_sum(torch.stack([sums[k] for k in keys] + [entropy_sum]))
         peaks = distributed.all_reduce_max(torch.stack([extremes[k] for k in names])) if names else totals[:0]
@@ -379,11 +332,7 @@ class Learner:
         return out
 
     def _full(self, param: torch.Tensor) -> torch.Tensor:
-        """A parameter's whole tensor: all-gathered from its shards (a collective), or itself."""
-        if isinstance(param, DTensor):
-            shard = cast(DTensor, param.detach().to(self.device))  # offloaded shards come to the device first
-            return shard.full_tensor()  # all-gather this parameter's shards
-        return param.detach()  # the root's parameters stay gathered after a forward (FSDP2's heuristic for the root)
+        return sharding.full_tensor(param, self.device)
 
     @torch.no_grad()
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -436,23 +385,14 @@ class Learner:
         return state
 
     def save_state(self, folder: Path) -> None:
-        """Sharded policy, optimizer (and reference) state with torch.distributed.checkpoint; a collective.
-
-        Each rank writes its own shards (fsynced) into `folder`; the lr schedule is the trainer's to save.
-        A world of one skips DCP's collectives (no_dist): after a save that ran them over the one-rank gloo
-        group, every later CPU update of this process ran 2.2x slower (31 -> 71 ms on the built-in model;
-        cause not found, measured in isolation, reproducible).
-        """
-        with warnings.catch_warnings():  # no_dist warns that it assumes a single process: that is the intent
-            warnings.simplefilter("ignore", UserWarning)
-            dcp.save(self._sharded_state(), checkpoint_id=str(folder), no_dist=self.world_size == 1)
+        """Sharded policy, optimizer (and reference) state into `folder` (rlvr.sharding.save_state); a collective. The
+        lr schedule is the trainer's to save."""
+        sharding.save_state(self._sharded_state(), folder, world_size=self.world_size)
 
     def load_state(self, folder: Path) -> None:
         """Restore what save_state wrote (any world size: DCP reshards on load); a collective."""
         state = self._sharded_state()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            dcp.load(state, checkpoint_id=str(folder), no_dist=self.world_size == 1)
+        sharding.load_state(state, folder, world_size=self.world_size)
         options = StateDictOptions(strict=self.lora is None)  # LoRA: the frozen base is not in the checkpoint
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
         if self.reference is not None:  # (LoRA's snapshot was loaded in place)

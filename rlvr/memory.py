@@ -150,7 +150,7 @@ def learner_memory(
     `autocast` (bf16 compute over fp32 weights, a world of one) are rlvr.settings.sharded's and .autocast's answers.
 
     `lora_rank` > 0 (model.lora.rank, every linear layer adapted): the base is frozen in the compute dtype and only the
-    adapter has fp32 weights, gradients and AdamW state; no reference copy (the adapter disabled); the head and the
+    adapter has fp32 weights, gradients and AdamW state; no reference model (the reference is a snapshot of the adapter, lora.Snapshot); the head and the
     embedding get no gradient; each adapted projection saves its [rank] intermediate, and under autocast a second bf16
     cast of its input for A. Derived from rlvr.lora's structure, not yet checked by scripts/measure_memory.py.
     """

@@ -121,7 +121,7 @@ def plan(
         world_size=gpus,
         precision=s.precision,
         sharded=settings.sharded(gpus, t.cpu_offload),
-        autocast=settings.autocast(s.precision, gpus, t.cpu_offload),
+        autocast=settings.autocast(s.precision, settings.sharded(gpus, t.cpu_offload)),
         checkpointing=s.activation_checkpointing,
         tokens=tokens,
         chunk_tokens=s.logits_chunk_tokens,

@@ -125,10 +125,10 @@ def sharded(world_size: int, cpu_offload: bool) -> bool:
     return world_size > 1 or cpu_offload
 
 
-def autocast(precision: str, world_size: int, cpu_offload: bool) -> bool:
+def autocast(precision: str, is_sharded: bool) -> bool:
     """Whether bf16 compute is torch.autocast over the fp32 weights (the plain module: fp32 residual stream,
     per-projection casts); sharded, FSDP2's mixed-precision policy casts the weights instead."""
-    return precision == "bf16" and not sharded(world_size, cpu_offload)
+    return precision == "bf16" and not is_sharded
 
 
 def asked(cfg: Any) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int,
     compute_bytes = DTYPE_BYTES[precision]
     checkpointing = pick("trainer.activation_checkpointing", False)
     tokens = want["trainer.micro_batch_tokens"]
-    bf16_autocast = autocast(precision, world_size, cfg.trainer.cpu_offload)
+    bf16_autocast = autocast(precision, sharded(world_size, cfg.trainer.cpu_offload))
     if cuda and (tokens == AUTO or want["trainer.activation_checkpointing"] == AUTO):
         free = _activation_room(cfg, device, shape, world_size=world_size, precision=precision, sleep=bool(sleep), chunk=int(chunk))
         if want["trainer.activation_checkpointing"] == AUTO:
@@ -217,7 +217,7 @@ def _activation_room(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_s
     state, the reference, the compute copies of the weights, the LM head's chunks) and the engine where it stays awake."""
     offload = cfg.trainer.cpu_offload
     parts = learner_memory(shape, world_size=world_size, precision=precision, sharded=sharded(world_size, offload),
-                           autocast=autocast(precision, world_size, offload), checkpointing=False, tokens=chunk,
+                           autocast=autocast(precision, sharded(world_size, offload)), checkpointing=False, tokens=chunk,
                            chunk_tokens=chunk, reference=cfg.algo.kl_coef > 0, cpu_offload=cfg.trainer.cpu_offload,
                            lora_rank=cfg.model.lora.rank)  # fmt: skip
     fixed = sum(v for k, v in parts.items() if k != "activations")
@@ -331,6 +331,17 @@ def for_run(
                          + ", ".join(kept.lines(asked(cfg))))  # fmt: skip
         settings = kept
     return apply(cfg, settings), settings, notes
+
+
+def for_this_machine(cfg: Any, *, world_size: int = 1) -> Any:
+    """A validated config with every `auto` resolved for this machine, as a run starting here would resolve it (for_run
+    with no run folder: nothing is recorded): what benchmarks and tests build a Learner or an Engine from."""
+    from rlvr.models import is_builtin, resolve_model_path
+
+    device = DeviceSpec.detect(world_size)
+    cfg, _, _ = for_run(cfg, resolve_model_path(cfg.model.path), None, device=device, world_size=world_size,
+                        builtin=is_builtin(cfg.model.path))  # fmt: skip
+    return cfg
 
 
 def describe(device: DeviceSpec) -> str:

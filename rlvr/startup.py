@@ -19,9 +19,10 @@ import torch
 from omegaconf import OmegaConf
 
 from rlvr import checkpoint, console, distributed, evaluation, gold, lora, prompts, samples, settings
+from rlvr.algo import LossOptions
 from rlvr.config import Config, ConfigError, PiOld, Task, check_world
 from rlvr.data import PromptStream
-from rlvr.learner import Learner
+from rlvr.learner import Learner, loss_options
 from rlvr.metrics import MetricsLogger
 from rlvr.models import is_builtin, resolve_model_path
 from rlvr.rewards import Rewarder
@@ -51,7 +52,7 @@ class Run:
     from_engine: bool
     resume_from: Path | None
     dropped: dict[str, int]  # the data's prompts left out (too long), for the step-0 row
-    loss_kwargs: dict[str, Any]  # rlvr.algo's loss options, as learner.update takes them
+    loss: LossOptions  # the loss's options, as learner.update takes them
     stop: StopSignal
 
     def __init__(self, cfg: Config) -> None:
@@ -144,26 +145,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
 
     # Model, engine. The engine re-seeds the global RNGs when it starts, so seed after it (a resume restores them).
     stream = run.stream = PromptStream(train_set, t.seed, cfg.data.skip_solved)
-    learner = run.learner = Learner(
-        model_path,
-        dtype=cfg.model.dtype,
-        lr=t.lr,
-        weight_decay=t.weight_decay,
-        warmup_steps=t.warmup_steps,
-        lr_schedule=t.lr_schedule.value,
-        total_updates=t.max_steps * a.prompts_per_step // a.prompts_per_minibatch * a.epochs,
-        grad_clip=t.grad_clip,
-        micro_batch_rows=t.micro_batch_rows,
-        micro_batch_tokens=t.micro_batch_tokens,
-        temperature=cfg.rollout.temperature,  # the learner's logprobs are those of the distribution the engine samples
-        with_reference=a.kl_coef > 0,
-        precision=t.precision.value,
-        activation_checkpointing=t.activation_checkpointing,
-        cpu_offload=t.cpu_offload,
-        logits_chunk_tokens=t.logits_chunk_tokens,
-        tf32=t.tf32,
-        lora_spec=lora.LoraSpec.from_config(cfg),
-    )
+    learner = run.learner = Learner.from_config(cfg, model_path)
     run.engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=adapter_rank)
     if cfg.model.lora.init:  # the engine starts from the base: give it the starting adapter
         run.push()
@@ -202,18 +184,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
         warn_if_unreadable("the step-0 evaluation (greedy)", eval_metrics["eval/no_answer_frac"], eval_samples)
     else:
         logger.note(f"resumed from {resume_from} (step {counters['step']})")
-    run.loss_kwargs = dict(
-        ratio=a.ratio.value,
-        clip_low=a.clip_low,
-        clip_high=a.clip_high,
-        clip_ratio_c=a.clip_ratio_c,
-        aggregation=a.aggregation.value,
-        max_len=cfg.rollout.max_new_tokens,
-        kl_coef=a.kl_coef,
-        kl_estimator=a.kl_estimator.value,
-        rollout_correction=a.rollout_correction.value,
-        rollout_correction_cap=a.rollout_correction_cap,
-    )
+    run.loss = loss_options(cfg)
     run.stop = StopSignal()
 
 

@@ -34,7 +34,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
     try:
         cfg, out, counters, sync, stop = run.cfg, run.out, run.counters, run.sync, run.stop
         learner, engine, rewarder, stream, logger = run.learner, run.engine, run.rewarder, run.stream, run.logger
-        clock, sizer, loss_kwargs = run.clock, run.sizer, run.loss_kwargs
+        clock, sizer, loss = run.clock, run.sizer, run.loss
         a, t = cfg.algo, cfg.trainer
 
         for step in range(counters["step"] + 1, t.max_steps + 1):
@@ -112,7 +112,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
                             mask[rows],
                             None if old is None else old[rows],
                             None if ref is None else ref[rows],
-                            loss_kwargs=loss_kwargs,
+                            options=loss,
                         )
                     )
             t_update = time.perf_counter()

@@ -11,10 +11,12 @@ import math
 
 import pytest
 import torch
+from learners import make_learner
 
+from rlvr.algo import LossOptions
 from rlvr.learner import Learner
 from rlvr.lm_head import response_logprobs, token_logprobs
-from tests.test_learner import MODEL, synthetic_batch, update_with_gradient
+from tests.test_learner import synthetic_batch, update_with_gradient
 
 U_BF16 = 2.0**-8
 U_FP32 = 2.0**-24
@@ -176,8 +178,8 @@ K = 2 * (4 * 9 + 1)
 
 def learner(precision: str) -> Learner:
     torch.manual_seed(0)
-    return Learner(MODEL, dtype="float32", precision=precision, lr=1e-3, weight_decay=0.0, warmup_steps=0,
-                   lr_schedule="constant", total_updates=1, grad_clip=1e9, micro_batch_rows=6, with_reference=False)  # fmt: skip
+    return make_learner("model.dtype=float32", f"trainer.precision={precision}", "trainer.lr=1e-3", "trainer.grad_clip=1e9",
+                        "trainer.micro_batch_rows=6", "algo.kl_coef=0")  # fmt: skip
 
 
 def flat(tensors) -> torch.Tensor:
@@ -216,8 +218,8 @@ def test_bf16_learner_update_follows_the_fp32_gradient():
     weights = -adv[rows].double() / len(rows)  # token_mean at ratio 1: loss = -sum_t A_t log p_t / #tokens
 
     before = flat(params)
-    _, g16 = update_with_gradient(bf16, batch, adv, batch.response_mask, None, None, loss_kwargs=LOSS)
-    _, g32 = update_with_gradient(fp32, batch, adv, batch.response_mask, None, None, loss_kwargs=LOSS)
+    _, g16 = update_with_gradient(bf16, batch, adv, batch.response_mask, None, None, options=LossOptions(**LOSS))
+    _, g32 = update_with_gradient(fp32, batch, adv, batch.response_mask, None, None, options=LossOptions(**LOSS))
     g16, g32, before = g16.double().cpu(), g32.double().cpu(), before.cpu()
     assert ((weights @ per_token - g32).norm() / g32.norm()) < 1e-4  # the decomposition (fp32 sums in another order)
     abs_sum = weights.abs() @ per_token.norm(dim=1)  # A

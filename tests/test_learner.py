@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import learners
 import pytest
 import torch
 
+from rlvr.algo import LossOptions
 from rlvr.batching import micro_batches, split_to
 from rlvr.learner import Learner
 from rlvr.lm_head import has_plain_head, response_logprobs, token_logprobs
@@ -16,8 +18,8 @@ MODEL = resolve_model_path("builtin:tiny-arith")
 
 def make_learner(micro_batch_rows: int, dtype: str = "float64", micro_batch_tokens: int = 0) -> Learner:
     torch.manual_seed(0)
-    return Learner(MODEL, dtype=dtype, lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=1, grad_clip=1e9,
-                   micro_batch_rows=micro_batch_rows, micro_batch_tokens=micro_batch_tokens, with_reference=False)
+    return learners.make_learner(f"model.dtype={dtype}", "trainer.lr=1e-2", "trainer.grad_clip=1e9", "algo.kl_coef=0",
+                                 f"trainer.micro_batch_rows={micro_batch_rows}", f"trainer.micro_batch_tokens={micro_batch_tokens}")
 
 
 def synthetic_batch(n: int = 6, seed: int = 0) -> RolloutBatch:
@@ -94,7 +96,7 @@ def test_update_is_invariant_to_micro_batch_layout(aggregation):
         assert learner.optimizer.defaults["eps"] == ADAM_EPS
         old = learner.logprobs(batch) + 0.1 * noise
         batch.engine_logprobs = old + 0.8 * engine_noise  # some tokens past the correction's cap
-        metrics, grad = update_with_gradient(learner, batch, adv, batch.response_mask, old, None, loss_kwargs=kwargs)
+        metrics, grad = update_with_gradient(learner, batch, adv, batch.response_mask, old, None, options=LossOptions(**kwargs))
         assert metrics["clip_frac"] > 0 and 0 < metrics["rollout_capped_frac"] < 1  # the clip and the cap are exercised
         params = torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()])
         runs.append((metrics, grad, params, learner.optimizer.param_groups[0]["lr"]))
@@ -174,7 +176,7 @@ def test_single_update_has_ratio_exactly_one():
     learner = make_learner(micro_batch_rows=6)
     batch = synthetic_batch()
     adv = torch.linspace(-1, 1, 6, dtype=torch.float64)
-    m = learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dict(
+    m = learner.update(batch, adv, batch.response_mask, None, None, options=LossOptions(
         ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))
     assert m["ratio_min"] == 1.0 and m["ratio_max"] == 1.0 and m["clip_frac"] == 0.0
 
@@ -187,14 +189,14 @@ def test_named_weights_list_tied_weights_once():
 
 def test_reference_is_frozen_until_refreshed():
     torch.manual_seed(0)
-    learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=1, grad_clip=1e9,
-                      micro_batch_rows=6, with_reference=True)
+    learner = learners.make_learner("model.dtype=float64", "trainer.lr=1e-2", "trainer.grad_clip=1e9", "algo.kl_coef=0.04",
+                                    "trainer.micro_batch_rows=6")
     batch = synthetic_batch()
     before = learner.logprobs(batch, reference=True)
     kwargs = dict(ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8,
                   kl_coef=0.04, kl_estimator="k3")
     m = learner.update(batch, torch.linspace(-1, 1, 6, dtype=torch.float64), batch.response_mask, None,
-                       before, loss_kwargs=kwargs)
+                       before, options=LossOptions(**kwargs))
     assert m["kl"] == 0.0  # pi_theta == pi_ref before the first update
     torch.testing.assert_close(learner.logprobs(batch, reference=True), before)  # the update left pi_ref alone
     assert (learner.logprobs(batch) - before).abs().max() > 1e-4  # but moved pi_theta
@@ -218,12 +220,12 @@ def test_non_finite_gradient_skips_the_update():
     batch = synthetic_batch()
     before = [p.detach().clone() for p in learner.model.parameters()]
     adv = torch.tensor([1.0, float("nan"), 0.3, -1.2, 0.8, -0.4], dtype=torch.float64)  # one poisoned row
-    m = learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dict(
+    m = learner.update(batch, adv, batch.response_mask, None, None, options=LossOptions(
         ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))
     assert m["bad"] == 1.0 and not torch.isfinite(torch.tensor(m["grad_norm"]))
     for p, b in zip(learner.model.parameters(), before):
         torch.testing.assert_close(p.detach(), b, rtol=0, atol=0)  # untouched, and no NaN in Adam's state either
     assert all(not s for s in learner.optimizer.state.values())
-    good = learner.update(batch, adv.nan_to_num(0.0), batch.response_mask, None, None, loss_kwargs=dict(
+    good = learner.update(batch, adv.nan_to_num(0.0), batch.response_mask, None, None, options=LossOptions(
         ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))
     assert good["bad"] == 0.0 and all(torch.isfinite(p).all() for p in learner.model.parameters())

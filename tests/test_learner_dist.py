@@ -38,8 +38,10 @@ def _batch():
 def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None, sync_every: bool, lora_rank: int) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # two CPU ranks on a small machine
+    from learners import lora_overrides, make_learner
+
     from rlvr import distributed
-    from rlvr.learner import Learner
+    from rlvr.algo import LossOptions
     from rlvr.lora import LoraSpec, adapter_weights
 
     distributed.init()
@@ -49,9 +51,9 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
     rows, tokens = LAYOUTS[world_size]
     spec = LoraSpec(rank=lora_rank, alpha=2.0 * lora_rank, dropout=0.0, target_modules=None, init=None, seed=3) if lora_rank else None
     for aggregation, ratio, kl_coef in CASES[::2] if lora_rank else CASES:  # LoRA: GRPO's (its reference: the base) and DAPO's
-        learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.01, warmup_steps=0, lr_schedule="constant",
-                          total_updates=2, grad_clip=0.5, micro_batch_rows=rows, micro_batch_tokens=tokens,
-                          with_reference=kl_coef > 0, shard=shard, lora_spec=spec)  # fmt: skip
+        learner = make_learner(*DIST, "trainer.weight_decay=0.01", f"trainer.micro_batch_rows={rows}",
+                               f"trainer.micro_batch_tokens={tokens}", f"algo.kl_coef={kl_coef}", *lora_overrides(spec),
+                               world_size=world_size, shard=shard)  # fmt: skip
         learner.sync_every_micro_batch = sync_every  # the GPU's reduce-scatter after every micro-batch, on CPU
         if spec is not None and kl_coef > 0:
             _check_lora_reference_and_state(spec, learner, batch, adv, Path(tmp) / f"lora-state-{world_size}")
@@ -64,7 +66,7 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
         kwargs = dict(ratio=ratio, clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=8,
                       kl_coef=kl_coef, kl_estimator="k3", clip_ratio_c=None, rollout_correction="token_truncated",
                       rollout_correction_cap=2.0)  # fmt: skip
-        metrics = [learner.update(batch, adv, batch.response_mask, old, ref, loss_kwargs=kwargs) for _ in range(2)]
+        metrics = [learner.update(batch, adv, batch.response_mask, old, ref, options=LossOptions(**kwargs)) for _ in range(2)]
         weights = {name: t.clone() for name, t in learner.named_weights()}  # with LoRA: merged
         if spec is not None:
             weights.update(adapter_weights(learner.model, learner._full))
@@ -78,30 +80,38 @@ def _check_lora_reference_and_state(spec, like, batch, adv, folder: Path) -> Non
     """On this world size (FSDP2 over two ranks), with a LoRA learner built like `like`: the reference is the base model
     exactly while the adapter has moved, follows the adapter at a refresh and stays put after, and save_state /
     load_state restore adapter, AdamW state and reference."""
-    from rlvr.learner import Learner
+    from learners import lora_overrides, make_learner
 
-    learner = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant",
-                      total_updates=2, grad_clip=0.5, micro_batch_rows=like.micro_batch_rows,
-                      micro_batch_tokens=like.micro_batch_tokens, with_reference=True, shard=like.sharded, lora_spec=spec)  # fmt: skip
+    from rlvr.algo import LossOptions
+
+    world_size = like.world_size
+    learner = make_learner(*DIST, f"trainer.micro_batch_rows={like.micro_batch_rows}", "algo.kl_coef=0.1",
+                           f"trainer.micro_batch_tokens={like.micro_batch_tokens}", *lora_overrides(spec), world_size=world_size,
+                           shard=like.sharded)  # fmt: skip
     dapo = dict(ratio="token", clip_low=0.2, clip_high=0.28, aggregation="token_mean", max_len=8, kl_coef=0.0,
                 kl_estimator="k3", clip_ratio_c=None, rollout_correction="none", rollout_correction_cap=2.0)  # fmt: skip
-    base = Learner(MODEL, dtype="float64", lr=1e-2, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=2,
-                   grad_clip=0.5, micro_batch_rows=learner.micro_batch_rows, with_reference=False, shard=learner.sharded)  # fmt: skip
-    learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dapo)  # B moves off zero
+    base = make_learner(*DIST, f"trainer.micro_batch_rows={learner.micro_batch_rows}", world_size=world_size,
+                        shard=learner.sharded)  # fmt: skip
+    learner.update(batch, adv, batch.response_mask, None, None, options=LossOptions(**dapo))  # B moves off zero
     policy, ref = learner.logprobs(batch), learner.logprobs(batch, reference=True)
     torch.testing.assert_close(ref, base.logprobs(batch), rtol=0, atol=1e-12)
     assert (policy - ref).abs().max() > 1e-3
     learner.refresh_reference()
     torch.testing.assert_close(learner.logprobs(batch, reference=True), policy, rtol=0, atol=1e-12)
     learner.save_state(folder / "moved")
-    learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dapo)
+    learner.update(batch, adv, batch.response_mask, None, None, options=LossOptions(**dapo))
     torch.testing.assert_close(learner.logprobs(batch, reference=True), policy, rtol=0, atol=1e-12)
     after = learner.logprobs(batch)
     assert (after - policy).abs().max() > 1e-4
     learner.load_state(folder / "moved")  # back to the refresh: adapter, moments, reference
     torch.testing.assert_close(learner.logprobs(batch), policy, rtol=0, atol=1e-12)
-    learner.update(batch, adv, batch.response_mask, None, None, loss_kwargs=dapo)
+    learner.update(batch, adv, batch.response_mask, None, None, options=LossOptions(**dapo))
     torch.testing.assert_close(learner.logprobs(batch), after, rtol=0, atol=1e-12)  # the same step again: AdamW restored
+
+
+# what every learner here shares (tests/learners.py adds no warmup, no schedule, no token budget)
+DIST = ("model.dtype=float64", "trainer.lr=1e-2", "trainer.grad_clip=0.5")
+
 
 
 def _run(world_size: int, tmp: Path, shard: bool | None = None, sync_every: bool = False, lora_rank: int = 0) -> dict:

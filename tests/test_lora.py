@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from learners import lora_overrides, make_learner
 
 from rlvr import lora
+from rlvr.algo import LossOptions
 from rlvr.config import ConfigError
 from rlvr.learner import Learner
 from rlvr.lm_head import response_logprobs, token_logprobs
@@ -26,8 +28,8 @@ LOSS = dict(ratio="token", clip_low=0.2, clip_high=0.28, clip_ratio_c=None, aggr
 
 
 def make(spec: lora.LoraSpec | None = SPEC, *, dtype: str = "float64", with_reference: bool = False, lr: float = 1e-2) -> Learner:
-    return Learner(MODEL, dtype=dtype, lr=lr, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=4,
-                   grad_clip=1e9, micro_batch_rows=4, with_reference=with_reference, precision="fp32", lora_spec=spec)  # fmt: skip
+    return make_learner(f"model.dtype={dtype}", f"trainer.lr={lr}", "trainer.grad_clip=1e9", "trainer.micro_batch_rows=4",
+                        f"algo.kl_coef={0.1 if with_reference else 0}", "trainer.precision=fp32", *lora_overrides(spec))  # fmt: skip
 
 
 def perturb(learner: Learner, scale: float = 0.1, seed: int = 1) -> None:
@@ -40,7 +42,7 @@ def perturb(learner: Learner, scale: float = 0.1, seed: int = 1) -> None:
 
 def step(learner: Learner, batch: RolloutBatch, ref: torch.Tensor | None = None) -> dict[str, float]:
     adv = torch.linspace(-1.0, 1.2, batch.num_rows, dtype=torch.float64)
-    return learner.update(batch, adv, batch.response_mask, None, ref, loss_kwargs={**LOSS, "kl_coef": 0.1 if ref is not None else 0.0})
+    return learner.update(batch, adv, batch.response_mask, None, ref, options=LossOptions(**{**LOSS, "kl_coef": 0.1 if ref is not None else 0.0}))
 
 
 def test_a_fresh_adapter_is_the_base_model_exactly():

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from learners import make_learner
 
-from rlvr.learner import Learner
 from rlvr.models import resolve_model_path
 from rlvr.rollout import Engine
 from rlvr.types import RolloutBatch
 
 MODEL = resolve_model_path("builtin:tiny-arith")
+FP32_LEARNER = ("model.dtype=float32", "trainer.precision=fp32", "trainer.lr=1e-3", "trainer.grad_clip=1.0",
+                "trainer.micro_batch_rows=64", "algo.kl_coef=0")  # fmt: skip
 PROMPTS = ["12+34=", "03+05=", "99+99=", "07+70="]
 
 
@@ -59,8 +61,7 @@ def test_pushed_weights_are_the_ones_sampled_from(engine):
     """After load_weights, the engine's sampled-token logprobs equal the learner's, for every parameter
     group, the tied embedding / LM head included (vLLM 0.32 CPU kept a stale packed LM head). The learner computes
     in fp32 like the engine: precision="auto" picks bf16 on CPUs with AVX512-BF16, and 1e-4 is an fp32 tolerance."""
-    learner = Learner(MODEL, dtype="float32", lr=1e-3, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=1, grad_clip=1.0,
-                      micro_batch_rows=64, with_reference=False, precision="fp32")
+    learner = make_learner(*FP32_LEARNER)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in learner.model.parameters():
@@ -73,8 +74,7 @@ def test_pushed_weights_are_the_ones_sampled_from(engine):
     diff = ((mine - batch.engine_logprobs).abs() * batch.response_mask).max().item()
     assert diff < 1e-4, diff
     # and the perturbation mattered: the original weights give clearly different logprobs
-    engine.load_weights(Learner(MODEL, dtype="float32", lr=1e-3, weight_decay=0.0, warmup_steps=0, lr_schedule="constant", total_updates=1, grad_clip=1.0,
-                                micro_batch_rows=64, with_reference=False, precision="fp32").named_weights())
+    engine.load_weights(make_learner(*FP32_LEARNER).named_weights())
     original = RolloutBatch.from_completions(sample(engine, [5, 6, 7, 8]), [0.0] * len(flat), [False] * len(flat), 0)
     assert ((learner.logprobs(original) - original.engine_logprobs).abs() * original.response_mask).max() > 1e-2
 
