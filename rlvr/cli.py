@@ -1,6 +1,6 @@
 """The command line: `rlvr train|eval [hydra overrides]` hand their argv to Hydra; `rlvr plan [overrides]` composes the
 same tree without running anything; `rlvr report PATH...` goes to argparse.
-Each command's work lives in its own module (rlvr.trainer, rlvr.eval_cli, rlvr.plan, rlvr.report); this one only
+Each command's work lives in its own module (rlvr.trainer, rlvr.eval_command, rlvr.plan, rlvr.report); this one only
 dispatches."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from rlvr import console
 from rlvr.config import GROUPS, RECIPES, ConfigError, override_key, unknown_key_message, validate
-from rlvr.eval_cli import APP_KEYS
+from rlvr.eval_command import APP_KEYS
 from rlvr.imports import heavy_imports
 
 USAGE = """usage: rlvr <command> [args]
@@ -73,10 +73,10 @@ def _hydra_train(raw: DictConfig) -> None:
 def _hydra_eval(raw: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from rlvr import eval_cli
+    from rlvr import eval_command
 
     with console.capture(verbose=bool(raw.logger.verbose)), _errors("rlvr eval"):
-        out = eval_cli.run(raw, list(HydraConfig.get().overrides.task))
+        out = eval_command.run(raw, list(HydraConfig.get().overrides.task))
         console.say(f"done: eval.json and samples.jsonl in {out}")
 
 

@@ -1,7 +1,7 @@
 """Evaluation on held-out prompts: greedy accuracy and, over eval.n sampled answers per prompt, mean@n and unbiased
 pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation, no-answer and verifier-timeout rates.
 
-Training's evaluations (trainer.eval_every) and `rlvr eval` (rlvr.eval_cli) run this same `evaluate`, so evaluating a
+Training's evaluations (trainer.eval_every) and `rlvr eval` (rlvr.eval_command) run this same `evaluate`, so evaluating a
 checkpoint reproduces the eval/accuracy its run logged at that step. Under torchrun each engine takes a strided share
 of the prompts; the per-prompt results are gathered back into the set's order before anything is summarized.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr import distributed, samples
+from rlvr import distributed, sample_log
 from rlvr.config import Config
 from rlvr.metrics import split_lengths
 from rlvr.rewards import Rewarder
@@ -91,7 +91,7 @@ def summarize(greedy: list[Scored], sampled: list[list[Scored]]) -> dict[str, fl
 def evaluate(
     engine: Engine, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int | None, *, every_row: bool = False
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The eval/* metrics of `examples` (summarize), and sample records (rlvr.samples): with `every_row`, one per
+    """The eval/* metrics of `examples` (summarize), and sample records (rlvr.sample_log): with `every_row`, one per
     answer, greedy and sampled, in the set's order; else the first logger.num_samples greedy answers.
 
     Sampled answers use one seed per prompt, derived from (eval.seed, the prompt's place in the set): the same at
@@ -127,7 +127,7 @@ def evaluate(
     if every_row:
         return metrics, [row for rows in in_order("rows") for row in rows]
     n = cfg.logger.num_samples
-    rows = samples.records("eval", step, mine[:n], greedy[:n], results[:n], [rewarder.value(x) for x in results[:n]],
+    rows = sample_log.records("eval", step, mine[:n], greedy[:n], results[:n], [rewarder.value(x) for x in results[:n]],
                            engine.tokenizer, rewarder)  # fmt: skip
     return metrics, rows
 
@@ -141,7 +141,7 @@ def _records(
     out = []
     for i, example in enumerate(examples):
         picks = [i] + [m + i * n + j for j in range(n)]
-        rows = samples.records("eval", step, [example] * len(picks), [flat[p] for p in picks], [results[p] for p in picks],
+        rows = sample_log.records("eval", step, [example] * len(picks), [flat[p] for p in picks], [results[p] for p in picks],
                                [rewarder.value(results[p]) for p in picks], engine.tokenizer, rewarder)  # fmt: skip
         for j, row in enumerate(rows[1:]):
             row.update(kind="eval_sampled", sample=j)

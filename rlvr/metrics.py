@@ -50,7 +50,7 @@ class MetricsLogger:
                 console.say(f"wandb: {self.wandb_run.url}")
 
     def samples(self, rows: list[dict[str, Any]]) -> None:
-        """Append sample rollouts (rlvr.samples.records) to samples.jsonl, and to wandb as a table."""
+        """Append sample rollouts (rlvr.sample_log.records) to samples.jsonl, and to wandb as a table."""
         if not self.enabled or not rows:
             return
         with self.samples_path.open("a") as f:

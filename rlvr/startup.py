@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rlvr import checkpoint, console, distributed, evaluation, gold, lora, prompts, samples, settings
+from rlvr import checkpoint, console, distributed, evaluation, gold, lora, prompts, sample_log, settings
 from rlvr.algo import LossOptions
+from rlvr.collect import RoundSizer
 from rlvr.config import Config, ConfigError, PiOld, Task, check_world
 from rlvr.data import PromptStream
 from rlvr.learner import Learner, loss_options
@@ -28,7 +29,6 @@ from rlvr.models import is_builtin, resolve_model_path
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine, engine_lora_rank
 from rlvr.run_state import RunClock, StopSignal, fresh_counters, restore
-from rlvr.sampling import RoundSizer
 from rlvr.types import Example
 
 _runs_started: list[float] = []  # a Hydra sweep runs its jobs one after another in one process
@@ -221,7 +221,7 @@ def pi_old_from_engine(cfg: Config, learner_precision: str) -> bool:
 
 def warn_if_unreadable(where: str, no_answer_frac: float, rows: list[dict[str, Any]]) -> None:
     """Say so (rank 0, on stderr) when almost no completion has an answer the verifier can read."""
-    warning = samples.format_warning(where, no_answer_frac, rows)
+    warning = sample_log.format_warning(where, no_answer_frac, rows)
     if warning is not None and distributed.is_main():
         console.warn(warning)
 

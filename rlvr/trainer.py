@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from rlvr import algo, checkpoint, distributed
+from rlvr.collect import collect, mean_dicts
 from rlvr.config import Advantage, Config
 from rlvr.run_state import RunStopped, save_checkpoint
 from rlvr.runs import FINAL_STEP_FILE
-from rlvr.sampling import collect, mean_dicts
 from rlvr.startup import start, warn_if_unreadable
 
 # the largest |learner - engine| logprob gap (nats, any response token) at which pi_old may still come from the engine:

@@ -11,10 +11,10 @@ import math
 import pytest
 from conftest import compose_config
 
+from rlvr.collect import Z_90, RoundSizer, collect
 from rlvr.config import validate
 from rlvr.data import PromptStream
 from rlvr.rewards import Rewarder
-from rlvr.sampling import Z_90, RoundSizer, collect
 from rlvr.types import Completion, Example
 from rlvr.verifiers import Outcome
 
@@ -203,10 +203,10 @@ def test_adaptive_rounds_draw_whole_shares_per_engine(monkeypatch, index):
     """Two engines (torchrun, one per rank): an adaptive round of 5 prompts becomes 6, and each engine samples its own
     3, contiguous: rank 0 prompts 0-2, rank 1 prompts 3-5. A stand-in for the all-gather returns this rank's share
     twice (the other rank's would come from its own engine); the test is about the split, not the contents."""
-    from rlvr import sampling
+    from rlvr import collect as collect_module
 
-    monkeypatch.setattr(sampling.distributed, "engine_index", lambda tp: (index, 2))
-    monkeypatch.setattr(sampling.distributed, "all_gather_objects", lambda obj: [obj, obj])
+    monkeypatch.setattr(collect_module.distributed, "engine_index", lambda tp: (index, 2))
+    monkeypatch.setattr(collect_module.distributed, "all_gather_objects", lambda obj: [obj, obj])
     stream, engine = stream_of([MIXED] * 12)
     drawn: list[list[int]] = []
     generate = engine.generate

@@ -83,7 +83,7 @@ def fake_run(folder: Path, *, final: int | None, checkpoints: tuple[int, ...], e
 
 
 def test_run_means_the_newest_weights(tmp_path):
-    from rlvr.eval_cli import locate
+    from rlvr.eval_command import locate
 
     done = fake_run(tmp_path / "done", final=4, checkpoints=(2, 4))
     assert locate(done).model == done / "model" and locate(done).step == 4
@@ -96,7 +96,7 @@ def test_run_means_the_newest_weights(tmp_path):
 
 def test_run_config_keeps_the_runs_settings_under_the_overrides(tmp_path):
     from rlvr.config import ConfigError
-    from rlvr.eval_cli import locate, run_config
+    from rlvr.eval_command import locate, run_config
 
     target = locate(fake_run(tmp_path / "run", final=2, checkpoints=()))
     overrides = ["data.eval_size=77", "data.system_prompt=yes", "eval.top_p=0.9"]
@@ -116,7 +116,7 @@ def test_run_config_of_an_older_run_fills_keys_added_since(tmp_path):
     import yaml
 
     from rlvr.config import validate
-    from rlvr.eval_cli import locate, run_config
+    from rlvr.eval_command import locate, run_config
 
     folder = fake_run(tmp_path / "old", final=2, checkpoints=())
     saved = yaml.safe_load((folder / "config.yaml").read_text())
@@ -132,7 +132,7 @@ def test_run_config_of_an_older_run_fills_keys_added_since(tmp_path):
 
 
 def test_summary_shows_the_timeout_shares_only_when_the_verifier_gave_up():
-    from rlvr.eval_cli import summary
+    from rlvr.eval_command import summary
 
     report = {"model": "m", "prompts": 4, "seconds": 1.0, "eval": {"n": 0},
               "metrics": {"eval/accuracy": 0.5, "eval/no_answer_frac": 0.0, "eval/timeout_frac": 0.0}}  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlvr import algo, distributed, samples
+from rlvr import algo, distributed, sample_log
 from rlvr.config import AlgoConfig, Config, FilterMetric, RoundSize
 from rlvr.data import PromptStream
 from rlvr.metrics import split_lengths
@@ -74,7 +74,7 @@ def collect(
     prompts (`sizer`: B each, or adaptive); groups whose filter metric is identical across all G are dropped;
     the kept groups are trimmed to exactly B. After `max_gen_batches` rounds (or max_gen_batches x B prompts) the
     step trains on what was kept, and returns None (a skipped step) if nothing was. Also returns the first round's
-    first logger.num_samples completions as sample records (rlvr.samples).
+    first logger.num_samples completions as sample records (rlvr.sample_log).
     """
     a, r = cfg.algo, cfg.rollout
     G, B = a.group_size, a.prompts_per_step
@@ -124,7 +124,7 @@ def collect(
         if round_ == 0:
             k = cfg.logger.num_samples
             shown = [ex for ex in examples for _ in range(G)][:k]
-            first_round = samples.records("train", step, shown, flat[:k], results[:k], rewards[:k].tolist(),
+            first_round = sample_log.records("train", step, shown, flat[:k], results[:k], rewards[:k].tolist(),
                                           engine.tokenizer, rewarder)  # fmt: skip
         metric = correct if a.filter_metric is FilterMetric.correctness else rewards
         informative = algo.informative_groups(metric, G)  # [n]
