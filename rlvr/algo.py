@@ -1,4 +1,5 @@
-"""Pure tensor math of RLVR: group advantages, the dynamic-sampling filter, overlong reward shaping,
+"""Pure tensor math of RLVR (~360 lines, one job: the loss's contract, docs/DESIGN.md "The math"): group advantages,
+the dynamic-sampling filter, overlong reward shaping,
 importance ratios, the clipped surrogate, the KL penalty and loss aggregation (docs/DESIGN.md, "The math").
 
 Notation: N = B*G responses, G consecutive rows per prompt group; T = padded response length;

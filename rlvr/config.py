@@ -1,4 +1,5 @@
-"""The typed schema of a run: dataclasses + enums, and the cross-field checks.
+"""The typed schema of a run: dataclasses (their option types are rlvr.choices'), and the cross-field checks.
+(~460 lines, one job: every key of the run and every check across keys, read in one place.)
 
 Every value comes from the recipe tree (`recipes/`); nothing here has a default, so a recipe
 that forgets a field fails at start-up instead of riding on a silent default.

@@ -1,4 +1,5 @@
-"""`model.path` -> a folder (or hub id) that transformers and vLLM load.
+"""`model.path` -> a folder (or hub id) that transformers and vLLM load. (~365 lines, one job: every kind of model.path,
+and the once-only conversion of a packaged GGUF under a lock.)
 
 Four spellings:
 - `builtin:<name>`: a model shipped inside this package (rlvr/assets/<name>).

@@ -1,4 +1,6 @@
 """Verifier for free-form math answers (MATH, GSM8K, DAPO-Math style).
+(~500 lines, one job: whether two math answers are equal, with the work budget that bounds sympy; the extractors
+are rlvr.verifiers.extraction's.)
 
 `verify(completion, answer, extract=...)` reads the final answer of a completion with the named extractors
 (`DEFAULT_EXTRACT`: a `\\boxed{...}`, an "Answer: ..." line, "The final answer is ..." phrasings, "#### ..."; which
