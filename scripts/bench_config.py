@@ -22,8 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # rlvr from this checkout, even where it is not installed (a lent GPU machine)
     sys.path.insert(0, str(REPO))
 
-from rlvr.learner import loss_options  # noqa: E402,F401  (re-exported: the run's loss options, as rlvr.startup takes them)
-
 RECIPES = REPO / "recipes"
 UNUSED_OUTPUT = "trainer.output_dir=/tmp/unused"  # the schema wants one; nothing is written there
 
@@ -80,6 +78,13 @@ def build_learner(cfg: Any, *, shard: bool | None = None) -> Any:
     from rlvr.models import resolve_model_path
 
     return Learner.from_config(cfg, resolve_model_path(cfg.model.path), shard=shard)
+
+
+def loss_options(cfg: Any) -> Any:
+    """The run's loss options (rlvr.algo.LossOptions), as rlvr.startup hands them to learner.update: rlvr.learner's."""
+    from rlvr.learner import loss_options as run_loss_options
+
+    return run_loss_options(cfg)
 
 
 def settings_of(cfg: Any) -> Any:

@@ -1,0 +1,187 @@
+"""Every script that README.md, docs/guide/*.md or the Makefile names runs here at a smoke size (seconds: a tiny model,
+a step or two), in a fresh process as a person runs it, and ends on one JSON line with the keys its docstring promises.
+scripts/gpu_check.py's smoke is tests/test_gpu_check.py's, scripts/config_reference.py's tests/test_config_reference.py's.
+
+The scripts that build a learner build it through scripts/bench_config.py (the recipe tree composed, validated, every
+`auto` resolved by rlvr.settings.for_this_machine, then Learner.from_config; the loss is rlvr.learner.loss_options),
+the way `rlvr train` builds its own, so that a settings change cannot leave a benchmark behind (bench_learner.py once
+handed the Learner micro_batch_tokens='auto', which only the trainer's resolution turns into a number).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import requires_sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+ENV = {**os.environ, "OMP_NUM_THREADS": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "WANDB_MODE": "offline",
+       "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+# scripts a smoke test elsewhere covers, or that cannot run at a smoke size (the reason)
+ELSEWHERE = {
+    "gpu_check.py": "tests/test_gpu_check.py (--allow-cpu)",
+    "config_reference.py": "tests/test_config_reference.py",
+    "mutation.py": "make mutation: mutmut over the pure core, ~16 minutes; it has no smoke size",
+}
+TESTED_HERE = {"bench_main_job.py", "bench_learner.py", "bench_verifiers.py", "bench_code.py", "bench_real_model.py",
+               "bench_peer_trl.py", "measure_memory.py", "build_tiny_model.py", "make_sums.py"}  # fmt: skip
+
+
+def run_script(name: str, *args: str, cwd: Path, timeout: float = 240) -> dict:
+    """`python scripts/<name> args` in a fresh process; its last stdout line, parsed (it must be one JSON object)."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / name), *args], cwd=cwd, env=ENV, capture_output=True,
+                            text=True, timeout=timeout)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines, result.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+def positive(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def test_every_listed_script_has_a_smoke_test():
+    texts = [REPO / "README.md", REPO / "Makefile", *sorted((REPO / "docs" / "guide").glob("*.md"))]
+    listed = {m for path in texts for m in re.findall(r"scripts/(\w+\.py)", path.read_text())}
+    assert listed, "no script named in README.md, docs/guide or the Makefile"
+    assert listed <= TESTED_HERE | set(ELSEWHERE), listed - TESTED_HERE - set(ELSEWHERE)
+    for name in TESTED_HERE | set(ELSEWHERE):
+        assert (SCRIPTS / name).is_file(), name
+
+
+def test_scripts_build_learners_as_rlvr_train_does():
+    """No script builds a Learner or a loss by hand: Learner.from_config and rlvr.learner.loss_options, through
+    scripts/bench_config.py (the keyword constructor and loss_kwargs= are gone; a copy of either would drift)."""
+    for path in sorted(SCRIPTS.glob("*.py")):
+        text = path.read_text()
+        assert not re.search(r"\bLearner\(", text), f"{path.name} calls Learner(...): use bench_config.build_learner"
+        assert "loss_kwargs" not in text and "LOSS_KWARGS" not in text, f"{path.name}: use bench_config.loss_options"
+        assert "LossOptions(" not in text, f"{path.name} builds LossOptions by hand: use bench_config.loss_options"
+
+
+def test_bench_learner_smoke(tmp_path):
+    """make bench-learner's code at a smoke size: the built-in model in worlds 1 (the plain module) and 2 (FSDP2)."""
+    out = run_script("bench_learner.py", "--smoke", "--json", cwd=tmp_path)
+    assert out["smoke"] is True and [r["world"] for r in out["results"]] == [1, 2]
+    for r in out["results"]:
+        assert positive(r["update_tokens_per_s"]) and positive(r["update_s"]) and positive(r["logprobs_s"])
+        assert len(r["peak_mib"]) == r["world"] and all(positive(x) for x in r["peak_mib"] + r["mem_after_build_mib"])
+        assert isinstance(r["micro_batch_tokens"], int) and r["micro_batch_tokens"] >= 0  # resolved: never "auto"
+        assert r["precision"] == "fp32"  # the built-in model's own setting, wherever it runs
+        assert r["sharded"] is (r["world"] > 1)
+        assert r["params"] == r["trained_params"] > 0
+    one, two = out["results"]
+    assert one["pg_loss"] == pytest.approx(two["pg_loss"], rel=1e-4, abs=1e-6)  # the same update, over 1 or 2 ranks
+    assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-4)
+
+
+def test_bench_learner_realistic_smoke(tmp_path):
+    """make bench-learner-realistic's code at a smoke size (2 layers, 8 rows): its JSON line's keys (the Makefile's)."""
+    out = run_script("bench_learner.py", "--realistic", "--smoke", "--json", cwd=tmp_path)
+    for key in ("update_tokens_per_s", "naive_tokens_per_s", "logprobs_tokens_per_s", "peak_rss_mb", "naive_peak_rss_mb",
+                "speedup", "real_tokens", "padded_tokens"):  # fmt: skip
+        assert positive(out[key]), (key, out[key])
+    assert out["smoke"] is True and out["rows"] == 8 and out["num_hidden_layers"] == 2
+    assert isinstance(out["micro_batch_tokens"], int) and out["micro_batch_tokens"] > 0  # trainer.micro_batch_tokens=auto, resolved
+    assert isinstance(out["logits_chunk_tokens"], int) and out["logits_chunk_tokens"] > 0
+    assert out["precision"] in ("fp32", "bf16") and isinstance(out["activation_checkpointing"], bool)
+    assert out["loss"]["ratio"] == "token" and out["loss"]["aggregation"] == "token_mean"  # the recipe's (DAPO)
+    assert (out["loss"]["clip_low"], out["loss"]["clip_high"]) == (0.2, 0.28) and out["loss"]["max_len"] == out["response_max"]
+
+
+def test_measure_memory_smoke(tmp_path):
+    """scripts/measure_memory.py at a smoke size: rlvr.memory's prediction against the live tensors of a real update."""
+    rows = run_script("measure_memory.py", "--smoke", "--json", cwd=tmp_path)
+    assert [(r["shape"], r["setting"]) for r in rows] == [("llama", "fp32"), ("llama", "bf16"), ("qwen2", "fp32"), ("qwen2", "bf16")]
+    for r in rows:
+        assert positive(r["measured"]) and positive(r["predicted"]) and positive(r["params"])
+        assert sum(r["parts"].values()) == r["predicted"]
+        assert abs(r["ratio"] - 1) <= 0.1, r  # measured 0.998-1.000 at this size
+
+
+@pytest.mark.parametrize(
+    ("mode", "keys"),
+    [
+        ([], {"verifications_per_s", "rates", "n", "workers", "reps", "pool_start_s"}),
+        (["--per-pair"], {"pairs", "median_ms", "p99_ms", "max_ms", "corpus_wrong", "corpus"}),
+        (["--reward-step"], {"completions", "calls", "median_ms"}),
+    ],
+    ids=["pool", "per-pair", "reward-step"],
+)
+def test_bench_verifiers_smoke(tmp_path, mode, keys):
+    out = run_script("bench_verifiers.py", "--smoke", *mode, cwd=tmp_path)
+    assert keys <= set(out), keys - set(out)
+    if not mode:
+        assert positive(out["verifications_per_s"]) and out["n"] == 64 and out["reps"] == 1
+    elif mode == ["--per-pair"]:
+        assert out["pairs"] == out["corpus"] + 32 and positive(out["median_ms"]) and out["max_ms"] >= out["p99_ms"]
+    else:
+        assert out["completions"] == 64 * 8 and out["calls"] == 3 and positive(out["median_ms"])  # DAPO: 64 prompts x 8
+
+
+@requires_sandbox
+def test_bench_code_smoke(tmp_path):
+    out = run_script("bench_code.py", "--smoke", "--json", cwd=tmp_path)
+    for key in ("start_ms_bwrap", "start_ms_harness_only", "programs_per_s", "reward_step_s_code",
+                "reward_step_s_code_one_hung", "reward_step_s_math"):  # fmt: skip
+        assert positive(out[key]), (key, out.get(key))
+
+
+def test_build_tiny_model_smoke(tmp_path):
+    out = run_script("build_tiny_model.py", "--smoke", "--out", str(tmp_path / "tiny"), cwd=tmp_path)
+    assert out["steps"] == 2 and out["held_out"] == 64 and positive(out["params"])
+    assert 0 <= out["val_acc"] <= 1 and 0 <= out["held_out_acc"] <= 1
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
+        assert (tmp_path / "tiny" / name).is_file(), name
+    # --smoke never overwrites the shipped model: it needs --out
+    result = subprocess.run([sys.executable, str(SCRIPTS / "build_tiny_model.py"), "--smoke"], cwd=tmp_path, env=ENV,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and "--out" in result.stderr
+
+
+def test_make_sums(tmp_path):
+    out = run_script("make_sums.py", str(tmp_path / "sums.jsonl"), "--rows", "20", cwd=tmp_path, timeout=60)
+    assert out == {"path": str(tmp_path / "sums.jsonl"), "rows": 20, "seed": 0}
+    rows = [json.loads(line) for line in (tmp_path / "sums.jsonl").read_text().splitlines()]
+    assert len(rows) == 20 and all("\\boxed{}" in r["prompt"] and r["answer"].isdigit() for r in rows)
+
+
+def test_bench_main_job_smoke(tmp_path):
+    """make bench's code: `rlvr train recipe=dapo` (1 step), timed and summarised as the benchmark does."""
+    out = run_script("bench_main_job.py", "--smoke", "--out", str(tmp_path / "bench"), cwd=tmp_path, timeout=420)
+    assert out["smoke"] is True and set(out["recipes"]) == {"dapo"}
+    median = out["recipes"]["dapo"]["median"]
+    assert set(median) == {"start", "end", "to_target_s", "minutes", "steps_per_s", "rounds"}
+    assert 0 <= median["start"] <= 1 and 0 <= median["end"] <= 1
+    assert positive(median["minutes"]) and positive(median["steps_per_s"]) and median["rounds"] >= 1
+    assert median["to_target_s"] is None or positive(median["to_target_s"])
+    assert set(out["recipes"]["dapo"]["seeds"]) == {"0"}
+
+
+def test_bench_real_model_smoke(tmp_path):
+    """make bench-real's code (the launch, each row timed as it appears, the table, the JSON) on the built-in model."""
+    out = run_script("bench_real_model.py", "--smoke", "--out", str(tmp_path / "bench"), cwd=tmp_path, timeout=420)
+    assert out["smoke"] is True and set(out["seeds"]) == {"0"}
+    r = out["seeds"]["0"]
+    assert set(r) == {"start", "in_budget", "end", "to_plus15_min", "minutes", "step_s", "rollout_s", "update_s"}
+    assert 0 <= r["start"] <= r["in_budget"] <= 1 and 0 <= r["end"] <= 1
+    assert all(positive(r[k]) for k in ("minutes", "step_s", "rollout_s", "update_s"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None,
+                    reason="trl is not installed (not a dependency of rlvr: `make bench-peer` installs trl==1.16.0)")  # fmt: skip
+def test_bench_peer_trl_smoke(tmp_path):
+    out = run_script("bench_peer_trl.py", "--smoke", "--out", str(tmp_path / "trl"), cwd=tmp_path, timeout=420)
+    assert out["smoke"] is True and set(out["seeds"]) == {"0"}
+    evals = out["seeds"]["0"]["evals"]
+    assert len(evals) >= 2 and all(0 <= e["eval/accuracy"] <= 1 and e["time/elapsed_s"] > 0 for e in evals)
