@@ -109,16 +109,14 @@ def collect(
             seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
             stop=r.stop,
         )
-        local_rewards = rewarder.score(
-            [c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)]
-        )
+        scores = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)])
         # every rank gets every engine's groups, in prompt order: from here on all ranks hold the same round
-        shares = distributed.all_gather_objects((local, *local_rewards))[::tp]
-        groups = [g for part in shares for g in part[0]]
-        rewards = torch.cat([part[1] for part in shares])  # [n*G]
-        correct = torch.cat([part[2] for part in shares])  # [n*G]
-        reward_metrics += [part[3] for part in shares]
-        results = [res for part in shares for res in part[4]]  # [n*G]
+        shares = distributed.all_gather_objects((local, scores))[::tp]
+        groups = [g for part, _ in shares for g in part]
+        rewards = torch.cat([s.rewards for _, s in shares])  # [n*G]
+        correct = torch.cat([s.correct for _, s in shares])  # [n*G]
+        reward_metrics += [s.metrics for _, s in shares]
+        results = [res for _, s in shares for res in s.results]  # [n*G]
         flat = [c for g in groups for c in g]
         stream.record(examples, correct.view(n, G).bool().all(1).tolist())  # data.skip_solved's visit counts
         if round_ == 0:

@@ -51,6 +51,15 @@ VERIFIERS = {
 }
 
 
+class Scores(NamedTuple):
+    """What Rewarder.score gives for n completions."""
+
+    rewards: torch.Tensor  # [n] the reward: the verifier's value, the user's terms, overlong shaping
+    correct: torch.Tensor  # [n] 1.0 where the primary verifier said CORRECT, else 0.0
+    metrics: dict[str, float]  # reward/* and verifier/* for the log
+    results: list[Result]  # the primary verifier's outcome (or score) per completion
+
+
 class Rewarder:
     """Scores rollout batches; owns the verifier worker pools (start once, `close` at the end)."""
 
@@ -125,11 +134,8 @@ class Rewarder:
         """The answer the verifier reads in a completion (None: none found, or a user function that does not say)."""
         return None if self.extract_fn is None else self.extract_fn(text)
 
-    def score(
-        self, completions: list[Completion], answers: list[str]
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], list[Result]]:
-        """(rewards [n], correct [n] in {0, 1}, metrics, the primary verifier's results) for completions and their
-        ground truths."""
+    def score(self, completions: list[Completion], answers: list[str]) -> Scores:
+        """Rewards, correctness, metrics and the primary verifier's results for completions and their ground truths."""
         pairs = [(c.text, a) for c, a in zip(completions, answers)]
         scored, stats = self.primary.score(pairs)
         results, detail_metrics = self._unpack(scored)
@@ -160,7 +166,7 @@ class Rewarder:
             )  # [n]
             rewards = rewards + penalty
             metrics["reward/overlong_penalty"] = penalty.mean().item()
-        return rewards, correct, metrics, results
+        return Scores(rewards, correct, metrics, results)
 
     def close(self) -> None:
         for pool in self.pools:
