@@ -91,13 +91,23 @@ def test_saved_model_loads_in_transformers_and_vllm(runs):
     del engine
 
 
-def test_epochs_reference_refresh_and_overlong_filter(rlvr_cli, tmp_path):
-    """mu = 2 epochs over 16 mini-batches = 32 updates per step, pi_ref refreshed every step."""
-    out = tmp_path / "run"
-    result = rlvr_cli("train", "recipe=grpo", "algo.epochs=2", "algo.ref_update_every=1", "algo.overlong_filter=true",
-                      f"trainer.output_dir={out}", *FAST, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def grpo_epochs_wandb(tmp_path_factory) -> Path:
+    """One GRPO run read by two tests: mu = 2 epochs with pi_ref refreshed every step and the overlong filter on (the
+    algorithm's options), logged to wandb offline (the logger: it sees the metrics, whatever the algorithm)."""
+    from conftest import run_rlvr
+
+    root = tmp_path_factory.mktemp("grpo_epochs_wandb")
+    out = root / "run"
+    result = run_rlvr("train", "logger=wandb", "recipe=grpo", "algo.epochs=2", "algo.ref_update_every=1",
+                      "algo.overlong_filter=true", f"trainer.output_dir={out}", *FAST, cwd=root)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_metrics(out)[1:]
+    return out
+
+
+def test_epochs_reference_refresh_and_overlong_filter(grpo_epochs_wandb):
+    """mu = 2 epochs over 16 mini-batches = 32 updates per step, pi_ref refreshed every step."""
+    rows = read_metrics(grpo_epochs_wandb)[1:]
     assert [r["actor/updates"] for r in rows] == [32, 32]
     # the reference is refreshed at each step's end: each step's first update sees KL 0, the other 31 a policy that
     # moved away from it (k3 > 0; measured 0.24 and 0.005 nats per token)
@@ -159,12 +169,10 @@ def test_sweep_runs_one_folder_per_job(rlvr_cli, tmp_path):
     assert read_metrics(second.parent)[-1]["time/elapsed_s"] <= second.stat().st_mtime - first.stat().st_mtime + 0.5
 
 
-def test_wandb_offline_run_has_the_metrics(rlvr_cli, tmp_path):
+def test_wandb_offline_run_has_the_metrics(grpo_epochs_wandb):
     from wandb_log import read_run
 
-    out = tmp_path / "run"
-    result = rlvr_cli("train", "logger=wandb", "recipe=grpo", f"trainer.output_dir={out}", *FAST, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = grpo_epochs_wandb
     files = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     history, config = read_run(files[0])
@@ -175,6 +183,7 @@ def test_wandb_offline_run_has_the_metrics(rlvr_cli, tmp_path):
             if key != "step":
                 assert h[key] == pytest.approx(value), key
     assert config["algo"]["kl_coef"] == pytest.approx(0.04) and config["trainer"]["max_steps"] == 2
+    assert config["algo"]["epochs"] == 2  # the run's own overrides, not the recipe's defaults
 
 
 def test_torchrun_two_ranks_match_one_rank(rlvr_cli, tmp_path):
