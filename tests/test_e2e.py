@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -46,16 +47,23 @@ def check_clocks(rows: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """One 2-step run per recipe (module-scoped: each costs ~15 s, mostly engine start-up)."""
+def sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The four recipes as ONE Hydra sweep (`-m recipe=grpo,dr_grpo,dapo,gspo`): one process, one job and one folder per
+    recipe, 2 steps each (the process's start-up is paid once, not four times). Read by the recipe tests, the saved
+    model's test and the sweep's own test."""
     from conftest import run_rlvr
 
     root = tmp_path_factory.mktemp("runs")
-    results = {}
-    for recipe in RECIPES:
-        out = root / recipe
-        results[recipe] = (run_rlvr("train", f"recipe={recipe}", f"trainer.output_dir={out}", *FAST, cwd=root), out)
-    return results
+    folder = root / "sweep"
+    result = run_rlvr("train", "-m", f"recipe={','.join(RECIPES)}", *FAST, f"hydra.sweep.dir={folder}", cwd=root, timeout=1200)
+    return result, folder
+
+
+@pytest.fixture(scope="module")
+def runs(sweep):
+    """Each recipe's job: (the sweep's process, its folder)."""
+    result, folder = sweep
+    return {recipe: (result, folder / f"{i}-{recipe}") for i, recipe in enumerate(RECIPES)}
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -153,20 +161,21 @@ def test_pi_old_falls_back_to_the_learner_when_the_engine_disagrees(rlvr_cli, tm
     assert "pi_old comes from the learner from this step on" in result.stdout
 
 
-def test_sweep_runs_one_folder_per_job(rlvr_cli, tmp_path):
-    sweep = tmp_path / "sweep"
-    result = rlvr_cli("train", "-m", "recipe=grpo,dapo", "trainer.max_steps=1", "trainer.eval_every=0",
-                      "data.eval_size=16", "logger.progress=false", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+def test_sweep_runs_one_folder_per_job(sweep):
+    result, folder = sweep
     assert result.returncode == 0, result.stderr[-3000:]
-    jobs = sorted(p.name for p in sweep.iterdir() if (p / "metrics.jsonl").exists())
-    assert jobs == ["0-grpo", "1-dapo"]
-    for job, recipe in zip(jobs, ["grpo", "dapo"]):
-        cfg = yaml.safe_load((sweep / job / "config.yaml").read_text())
-        assert cfg["algo"]["aggregation"] == {"grpo": "seq_mean_token_mean", "dapo": "token_mean"}[recipe]
-        assert [r["step"] for r in read_metrics(sweep / job)] == [0, 1]
-    # the second job's clock starts at its own launch, after the first job's last write, not at the process's start
-    first, second = (sweep / job / "metrics.jsonl" for job in jobs)
-    assert read_metrics(second.parent)[-1]["time/elapsed_s"] <= second.stat().st_mtime - first.stat().st_mtime + 0.5
+    jobs = sorted(p.name for p in folder.iterdir() if (p / "metrics.jsonl").exists())
+    assert jobs == [f"{i}-{recipe}" for i, recipe in enumerate(RECIPES)]
+    aggregation = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "dapo": "token_mean",
+                   "gspo": "seq_mean_token_mean"}  # fmt: skip
+    for job, recipe in zip(jobs, RECIPES):
+        cfg = yaml.safe_load((folder / job / "config.yaml").read_text())
+        assert cfg["algo"]["aggregation"] == aggregation[recipe]
+        assert [r["step"] for r in read_metrics(folder / job)] == [0, 1, 2]
+    # each later job's clock starts at its own launch, after the job before's last write, not at the process's start
+    files = [folder / job / "metrics.jsonl" for job in jobs]
+    for first, second in zip(files, files[1:]):
+        assert read_metrics(second.parent)[-1]["time/elapsed_s"] <= second.stat().st_mtime - first.stat().st_mtime + 0.5
 
 
 def test_wandb_offline_run_has_the_metrics(grpo_epochs_wandb):
