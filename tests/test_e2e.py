@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -46,16 +47,23 @@ def check_clocks(rows: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """One 2-step run per recipe (module-scoped: each costs ~15 s, mostly engine start-up)."""
+def sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The four recipes as ONE Hydra sweep (`-m recipe=grpo,dr_grpo,dapo,gspo`): one process, one job and one folder per
+    recipe, 2 steps each (the process's start-up is paid once, not four times). Read by the recipe tests, the saved
+    model's test and the sweep's own test."""
     from conftest import run_rlvr
 
     root = tmp_path_factory.mktemp("runs")
-    results = {}
-    for recipe in RECIPES:
-        out = root / recipe
-        results[recipe] = (run_rlvr("train", f"recipe={recipe}", f"trainer.output_dir={out}", *FAST, cwd=root), out)
-    return results
+    folder = root / "sweep"
+    result = run_rlvr("train", "-m", f"recipe={','.join(RECIPES)}", *FAST, f"hydra.sweep.dir={folder}", cwd=root, timeout=1200)
+    return result, folder
+
+
+@pytest.fixture(scope="module")
+def runs(sweep):
+    """Each recipe's job: (the sweep's process, its folder)."""
+    result, folder = sweep
+    return {recipe: (result, folder / f"{i}-{recipe}") for i, recipe in enumerate(RECIPES)}
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -91,13 +99,23 @@ def test_saved_model_loads_in_transformers_and_vllm(runs):
     del engine
 
 
-def test_epochs_reference_refresh_and_overlong_filter(rlvr_cli, tmp_path):
-    """mu = 2 epochs over 16 mini-batches = 32 updates per step, pi_ref refreshed every step."""
-    out = tmp_path / "run"
-    result = rlvr_cli("train", "recipe=grpo", "algo.epochs=2", "algo.ref_update_every=1", "algo.overlong_filter=true",
-                      f"trainer.output_dir={out}", *FAST, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def grpo_epochs_wandb(tmp_path_factory) -> Path:
+    """One GRPO run read by two tests: mu = 2 epochs with pi_ref refreshed every step and the overlong filter on (the
+    algorithm's options), logged to wandb offline (the logger: it sees the metrics, whatever the algorithm)."""
+    from conftest import run_rlvr
+
+    root = tmp_path_factory.mktemp("grpo_epochs_wandb")
+    out = root / "run"
+    result = run_rlvr("train", "logger=wandb", "recipe=grpo", "algo.epochs=2", "algo.ref_update_every=1",
+                      "algo.overlong_filter=true", f"trainer.output_dir={out}", *FAST, cwd=root)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_metrics(out)[1:]
+    return out
+
+
+def test_epochs_reference_refresh_and_overlong_filter(grpo_epochs_wandb):
+    """mu = 2 epochs over 16 mini-batches = 32 updates per step, pi_ref refreshed every step."""
+    rows = read_metrics(grpo_epochs_wandb)[1:]
     assert [r["actor/updates"] for r in rows] == [32, 32]
     # the reference is refreshed at each step's end: each step's first update sees KL 0, the other 31 a policy that
     # moved away from it (k3 > 0; measured 0.24 and 0.005 nats per token)
@@ -143,28 +161,27 @@ def test_pi_old_falls_back_to_the_learner_when_the_engine_disagrees(rlvr_cli, tm
     assert "pi_old comes from the learner from this step on" in result.stdout
 
 
-def test_sweep_runs_one_folder_per_job(rlvr_cli, tmp_path):
-    sweep = tmp_path / "sweep"
-    result = rlvr_cli("train", "-m", "recipe=grpo,dapo", "trainer.max_steps=1", "trainer.eval_every=0",
-                      "data.eval_size=16", "logger.progress=false", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+def test_sweep_runs_one_folder_per_job(sweep):
+    result, folder = sweep
     assert result.returncode == 0, result.stderr[-3000:]
-    jobs = sorted(p.name for p in sweep.iterdir() if (p / "metrics.jsonl").exists())
-    assert jobs == ["0-grpo", "1-dapo"]
-    for job, recipe in zip(jobs, ["grpo", "dapo"]):
-        cfg = yaml.safe_load((sweep / job / "config.yaml").read_text())
-        assert cfg["algo"]["aggregation"] == {"grpo": "seq_mean_token_mean", "dapo": "token_mean"}[recipe]
-        assert [r["step"] for r in read_metrics(sweep / job)] == [0, 1]
-    # the second job's clock starts at its own launch, after the first job's last write, not at the process's start
-    first, second = (sweep / job / "metrics.jsonl" for job in jobs)
-    assert read_metrics(second.parent)[-1]["time/elapsed_s"] <= second.stat().st_mtime - first.stat().st_mtime + 0.5
+    jobs = sorted(p.name for p in folder.iterdir() if (p / "metrics.jsonl").exists())
+    assert jobs == [f"{i}-{recipe}" for i, recipe in enumerate(RECIPES)]
+    aggregation = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "dapo": "token_mean",
+                   "gspo": "seq_mean_token_mean"}  # fmt: skip
+    for job, recipe in zip(jobs, RECIPES):
+        cfg = yaml.safe_load((folder / job / "config.yaml").read_text())
+        assert cfg["algo"]["aggregation"] == aggregation[recipe]
+        assert [r["step"] for r in read_metrics(folder / job)] == [0, 1, 2]
+    # each later job's clock starts at its own launch, after the job before's last write, not at the process's start
+    files = [folder / job / "metrics.jsonl" for job in jobs]
+    for first, second in zip(files, files[1:]):
+        assert read_metrics(second.parent)[-1]["time/elapsed_s"] <= second.stat().st_mtime - first.stat().st_mtime + 0.5
 
 
-def test_wandb_offline_run_has_the_metrics(rlvr_cli, tmp_path):
+def test_wandb_offline_run_has_the_metrics(grpo_epochs_wandb):
     from wandb_log import read_run
 
-    out = tmp_path / "run"
-    result = rlvr_cli("train", "logger=wandb", "recipe=grpo", f"trainer.output_dir={out}", *FAST, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = grpo_epochs_wandb
     files = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     history, config = read_run(files[0])
@@ -175,6 +192,7 @@ def test_wandb_offline_run_has_the_metrics(rlvr_cli, tmp_path):
             if key != "step":
                 assert h[key] == pytest.approx(value), key
     assert config["algo"]["kl_coef"] == pytest.approx(0.04) and config["trainer"]["max_steps"] == 2
+    assert config["algo"]["epochs"] == 2  # the run's own overrides, not the recipe's defaults
 
 
 def test_torchrun_two_ranks_match_one_rank(rlvr_cli, tmp_path):

@@ -112,25 +112,54 @@ def _check_lora_reference_and_state(spec, like, batch, adv, folder: Path) -> Non
 # what every learner here shares (tests/learners.py adds no warmup, no schedule, no token budget)
 DIST = ("model.dtype=float64", "trainer.lr=1e-2", "trainer.grad_clip=0.5")
 
+# what each world size runs, one after another in the same spawned processes (shard, sync_every, lora_rank): one process
+# trains the plain module, FSDP2 over a single rank, and LoRA; two shard it with FSDP2, reduce-scatter after every
+# micro-batch, and LoRA with that reduce-scatter
+VARIANTS = {1: [(None, False, 0), (True, False, 0), (None, False, 4)], 2: [(None, False, 0), (None, True, 0), (None, True, 4)]}
 
 
-def _run(world_size: int, tmp: Path, shard: bool | None = None, sync_every: bool = False, lora_rank: int = 0) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_worker, args=(world_size, port, str(tmp), shard, sync_every, lora_rank), nprocs=world_size,
-                       join=True, start_method="spawn")  # fmt: skip
-    return torch.load(tmp / f"world{world_size}-{shard}-{sync_every}-{lora_rank}.pt", weights_only=False)
+def _worker_variants(rank: int, world_size: int, ports: list[int], tmp: str, variants: list[tuple]) -> None:
+    """_worker once per variant, in this process: each variant its own process group (on its own port) and its own
+    learners, so the spawns' start-up (torch, transformers) is paid once per world size, not once per variant."""
+    for port, (shard, sync_every, lora_rank) in zip(ports, variants):
+        _worker(rank, world_size, port, tmp, shard, sync_every, lora_rank)
 
 
-def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:  # held open together: n distinct ports
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _run_variants(world_size: int, tmp: Path) -> dict[tuple, dict]:
+    variants = VARIANTS[world_size]
+    mp.start_processes(_worker_variants, args=(world_size, _free_ports(len(variants)), str(tmp), variants),
+                       nprocs=world_size, join=True, start_method="spawn")  # fmt: skip
+    return {v: torch.load(tmp / f"world{world_size}-{v[0]}-{v[1]}-{v[2]}.pt", weights_only=False) for v in variants}
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, dict]:
+    """Every variant's result on 1 and 2 ranks, keyed (world_size, shard, sync_every, lora_rank): two spawns in all,
+    read by both tests."""
     here = Path(__file__).resolve().parent
-    for path in (here.parent, here):  # spawned children re-import this module by name
-        monkeypatch.syspath_prepend(str(path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
-    one, two = _run(1, tmp_path), _run(2, tmp_path)  # one process trains the plain module, two shard it with FSDP2
-    one_sharded = _run(1, tmp_path, shard=True)  # FSDP2 over a single rank: the same step as the plain module
-    two_synced = _run(2, tmp_path, sync_every=True)  # gradients reduce-scattered after every micro-batch, as on GPUs
+    tmp = tmp_path_factory.mktemp("ranks")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for path in (here.parent, here):  # spawned children re-import this module by name
+            monkeypatch.syspath_prepend(str(path))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
+        return {(w, *v): result for w in VARIANTS for v, result in _run_variants(w, tmp).items()}
+
+
+def test_one_and_two_ranks_take_the_same_step(ranks: dict[tuple, dict]) -> None:
+    one, two = ranks[1, None, False, 0], ranks[2, None, False, 0]  # one process trains the plain module, two shard it with FSDP2
+    one_sharded = ranks[1, True, False, 0]  # FSDP2 over a single rank: the same step as the plain module
+    two_synced = ranks[2, None, True, 0]  # gradients reduce-scattered after every micro-batch, as on GPUs
     from transformers import AutoModelForCausalLM
 
     start = dict(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64).named_parameters())
@@ -151,15 +180,11 @@ def test_one_and_two_ranks_take_the_same_step(tmp_path: Path, monkeypatch: pytes
         assert 0 < m1[0]["rollout_capped_frac"] < 1, case
 
 
-def test_one_and_two_ranks_train_the_same_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_and_two_ranks_train_the_same_adapter(ranks: dict[tuple, dict]) -> None:
     """LoRA under FSDP2: the adapter's A and B (rank 0 draws A and broadcasts it; the base is frozen in every shard)
     and the merged weights after two steps are those of one rank's plain module, for GRPO (KL against the base with
     the adapter disabled) and DAPO; every B moved off zero and the merged weights off the base."""
-    here = Path(__file__).resolve().parent
-    for path in (here.parent, here):
-        monkeypatch.syspath_prepend(str(path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]))
-    one, two = _run(1, tmp_path, lora_rank=4), _run(2, tmp_path, lora_rank=4, sync_every=True)
+    one, two = ranks[1, None, False, 4], ranks[2, None, True, 4]
     from transformers import AutoModelForCausalLM
 
     start = dict(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64).named_parameters())

@@ -37,6 +37,8 @@ def data_cfg(**kw) -> DataConfig:
     return DataConfig(**{**fields, **kw})
 
 
+# a real SmolLM2 engine sampling 24 x 8 x 48 tokens in fp32 (~75 s on 2 cores): make test-slow, beside the model's CLI runs
+@pytest.mark.slow
 def test_chat_prompt_ids_agree_across_template_engine_and_learner(folder):
     from rlvr.rollout import Engine
 

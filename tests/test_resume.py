@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,11 +84,24 @@ def test_sigkill_after_step_3_then_resume_matches_uninterrupted(uninterrupted, t
     assert resumed[3]["timing/step_s"] - 2e-3 <= added <= resumed[3]["timing/step_s"] + 0.5
 
 
-def test_sigkill_during_a_save_leaves_the_previous_checkpoint(uninterrupted, tmp_path):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def killed_during_a_save(tmp_path_factory) -> Path:
+    """A run (save_every=1) SIGKILLed as soon as its step-3 save begins, left as the kill left it: read (copied) by the
+    resume on the same world size and by the resume on two ranks."""
+    out = tmp_path_factory.mktemp("killed") / "run"
     proc = start(out, "trainer.save_every=1")
+    kill_when(proc, checkpoint.staging_path(out, 3).exists, "the step-3 save to begin")
+    return out
+
+
+def copy_run(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to, symlinks=True)
+    return to
+
+
+def test_sigkill_during_a_save_leaves_the_previous_checkpoint(uninterrupted, killed_during_a_save, tmp_path):
+    out = copy_run(killed_during_a_save, tmp_path / "run")
     staging = checkpoint.staging_path(out, 3)
-    kill_when(proc, staging.exists, "the step-3 save to begin")
     if staging.exists():  # killed mid-save (the usual case): the half-written step 3 is not a checkpoint
         assert checkpoint.latest(out) == checkpoint.step_dir(out, 2)
         assert checkpoint.resolve_resume("auto", out) == checkpoint.step_dir(out, 2)
@@ -115,18 +129,21 @@ def test_sigterm_finishes_the_step_and_writes_a_checkpoint(tmp_path):
     assert "trainer.resume=auto" in stderr
 
 
-def test_resume_on_another_world_size(tmp_path):
-    """A world-of-one checkpoint continues under `torchrun --nproc_per_node=2`: DCP reshards the state on load and the
-    prompt stream goes on where it stopped (not bitwise: two engines and two ranks reduce in another order)."""
-    out = tmp_path / "run"
-    finish(start(out, "trainer.save_every=1", "trainer.max_steps=2"))
+def test_resume_on_another_world_size(killed_during_a_save, tmp_path):
+    """A world-of-one checkpoint (the run killed during its step-3 save) continues under `torchrun --nproc_per_node=2`:
+    DCP reshards the state on load and the prompt stream goes on where it stopped (not bitwise: two engines and two
+    ranks reduce in another order)."""
+    out = copy_run(killed_during_a_save, tmp_path / "run")
+    newest = checkpoint.latest(out)  # step 2 (killed mid-save, the usual case) or 3 (killed just after the save)
+    assert newest in (checkpoint.step_dir(out, 2), checkpoint.step_dir(out, 3))
+    k = int(newest.name.split("_")[-1])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rlvr", "train",
            *ARGS, f"trainer.output_dir={out}", "trainer.save_every=1", "trainer.torch_threads=1", "reward.workers=1"]  # fmt: skip
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"resumed from {checkpoint.step_dir(out, 2)} (step 2)" in result.stdout
+    assert f"resumed from {newest} (step {k})" in result.stdout
     metrics = rows(out)
-    assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4]
-    assert metrics[3]["data/index"] > metrics[2]["data/index"]  # no prompt drawn twice across the change of world size
+    assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4]  # the killed run's rows after step k were replaced
+    assert metrics[k + 1]["data/index"] > metrics[k]["data/index"]  # no prompt drawn twice across the change of world size
     assert sorted(p.name for p in (checkpoint.step_dir(out, 4) / "learner").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
