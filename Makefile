@@ -84,6 +84,7 @@ bench-learner: install
 
 # The learner against the obvious implementation on 64 long-tailed rows of SmolLM2-135M's shape (~15 minutes on 2 cores);
 # the last line is JSON (update_tokens_per_s, naive_tokens_per_s, logprobs_tokens_per_s, peak_rss_mb, naive_peak_rss_mb).
+# Every bench script above has --smoke (seconds, the same code; tests/test_scripts.py runs each).
 bench-learner-realistic: install
 	$(PY) scripts/bench_learner.py --realistic --json
 
