@@ -69,6 +69,7 @@ def test_scripts_build_learners_as_rlvr_train_does():
         assert "LossOptions(" not in text, f"{path.name} builds LossOptions by hand: use bench_config.loss_options"
 
 
+@pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
 def test_bench_learner_smoke(tmp_path):
     """make bench-learner's code at a smoke size: the built-in model in worlds 1 (the plain module) and 2 (FSDP2)."""
     out = run_script("bench_learner.py", "--smoke", "--json", cwd=tmp_path)
@@ -99,6 +100,7 @@ def test_bench_learner_realistic_smoke(tmp_path):
     assert (out["loss"]["clip_low"], out["loss"]["clip_high"]) == (0.2, 0.28) and out["loss"]["max_len"] == out["response_max"]
 
 
+@pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
 def test_measure_memory_smoke(tmp_path):
     """scripts/measure_memory.py at a smoke size: rlvr.memory's prediction against the live tensors of a real update."""
     rows = run_script("measure_memory.py", "--smoke", "--json", cwd=tmp_path)
@@ -130,6 +132,7 @@ def test_bench_verifiers_smoke(tmp_path, mode, keys):
 
 
 @requires_sandbox
+@pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
 def test_bench_code_smoke(tmp_path):
     out = run_script("bench_code.py", "--smoke", "--json", cwd=tmp_path)
     for key in ("start_ms_bwrap", "start_ms_harness_only", "programs_per_s", "reward_step_s_code",
@@ -137,6 +140,7 @@ def test_bench_code_smoke(tmp_path):
         assert positive(out[key]), (key, out.get(key))
 
 
+@pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
 def test_build_tiny_model_smoke(tmp_path):
     out = run_script("build_tiny_model.py", "--smoke", "--out", str(tmp_path / "tiny"), cwd=tmp_path)
     assert out["steps"] == 2 and out["held_out"] == 64 and positive(out["params"])
@@ -156,6 +160,7 @@ def test_make_sums(tmp_path):
     assert len(rows) == 20 and all("\\boxed{}" in r["prompt"] and r["answer"].isdigit() for r in rows)
 
 
+@pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
 def test_bench_main_job_smoke(tmp_path):
     """make bench's code: `rlvr train recipe=dapo` (1 step), timed and summarised as the benchmark does."""
     out = run_script("bench_main_job.py", "--smoke", "--out", str(tmp_path / "bench"), cwd=tmp_path, timeout=420)
@@ -168,6 +173,7 @@ def test_bench_main_job_smoke(tmp_path):
     assert set(out["recipes"]["dapo"]["seeds"]) == {"0"}
 
 
+@pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
 def test_bench_real_model_smoke(tmp_path):
     """make bench-real's code (the launch, each row timed as it appears, the table, the JSON) on the built-in model."""
     out = run_script("bench_real_model.py", "--smoke", "--out", str(tmp_path / "bench"), cwd=tmp_path, timeout=420)
