@@ -139,7 +139,7 @@ def test_cli_help_lists_groups(rlvr_cli, tmp_path):
 
 @pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo"])
 def test_every_recipe_starts_on_1_2_4_8_and_16_ranks(recipe):
-    """The README's torchrun commands: each engine samples whole groups, each rank trains on an equal share of rows."""
+    """The torchrun commands of docs/guide/scaling.md: each engine samples whole groups, each rank trains on an equal share of rows."""
     from rlvr.config import check_world
 
     cfg = validate(compose_config(f"recipe={recipe}"))

@@ -1,5 +1,5 @@
 """rlvr.evaluation's arithmetic: unbiased pass@k against exact rationals, the k reported, and the summary's values on
-hand-built answers. (`rlvr eval` on real runs: tests/test_eval_cli.py.)"""
+hand-built answers. (`rlvr eval` on real runs: tests/test_eval_command.py.)"""
 
 from __future__ import annotations
 

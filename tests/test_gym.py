@@ -62,7 +62,7 @@ def test_answers_are_json_and_round_trip_tuples() -> None:
 
 
 def test_sizes_and_prompts() -> None:
-    train, held_out = gym.examples("chain_sum", size=2000, eval_size=200, seed=0, options=None)  # ~0.2 s: see README
+    train, held_out = gym.examples("chain_sum", size=2000, eval_size=200, seed=0, options=None)  # ~0.2 s
     assert 1990 <= len(train) <= 2000 and len(held_out) == 200  # a few training questions repeat held-out ones
     assert all(e.prompt.endswith(gym.ANSWER_INSTRUCTION) and _question(e) in e.prompt for e in train[:50])
 

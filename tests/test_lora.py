@@ -237,7 +237,7 @@ def test_lora_run_resumes_exactly_and_its_model_loads(tmp_path):
     assert {"model.safetensors", "config.json"} <= {p.name for p in model.iterdir()}
     assert json.loads((model / lora.ADAPTER_FOLDER / "adapter_config.json").read_text())["r"] == 8
     # `rlvr eval run=` on the LoRA run: its merged model/ reproduces the last evaluation training logged, exactly
-    from tests.test_eval_cli import logged
+    from tests.test_eval_command import logged
 
     out = tmp_path / "eval"
     cmd = [sys.executable, "-m", "rlvr", "eval", f"run={tmp_path / 'straight'}", "eval.n=0", f"output_dir={out}"]

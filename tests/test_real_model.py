@@ -116,7 +116,7 @@ def test_plain_prompted_instruct_model_is_warned_about(rlvr_cli, tmp_path, sums_
 @pytest.mark.slow
 @pytest.mark.real
 def test_gsm_like_gym_task_evaluates_and_shows_plain_gold_answers(rlvr_cli, tmp_path):
-    """The README's GSM-like command (reasoning-gym's gsm_symbolic, whose entries hold Fractions) runs offline, writes
+    """The GSM-like command of docs/guide/verifiers.md (reasoning-gym's gsm_symbolic, whose entries hold Fractions) runs offline, writes
     eval.json, and samples show the gold answer itself, the verifier's record beside it."""
     out = tmp_path / "eval"
     result = rlvr_cli("eval", f"model.path={SMOLLM2}", "data=gym", "data.name=gsm_symbolic", "data.eval_size=16",
