@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -24,12 +25,22 @@ def compose_config(*overrides: str):
     return compose_tree("config", ["trainer.output_dir=/tmp/unused", *overrides])
 
 
-def run_rlvr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python -m rlvr ...` in a fresh process (the CLI as users run it)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "rlvr", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+def run_rlvr(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None,
+             fresh: bool = False) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`python -m rlvr ...` as a process of its own (the CLI as users run it), forked from a server that has already
+    imported rlvr (tests/warm_cli.py: the ~8 s of imports are paid once per session, not once per command); with
+    `fresh`, a new interpreter (for a test about what the process does while or after it imports)."""
+    if not fresh:
+        return warm_cli.warm().run(["-m", "rlvr", *args], cwd=cwd, env=env, timeout=timeout)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"} if env is None else env
+    return subprocess.run([sys.executable, "-m", "rlvr", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_cli_server():
+    yield
+    warm_cli.close()
 
 
 def _sandbox_missing() -> str | None:

@@ -50,7 +50,7 @@ def test_an_error_after_the_imports_is_the_last_line(rlvr_cli, tmp_path):
     """A data error found after vLLM and Triton were imported: the error is the only line, exit status 2; the
     teardown (nanobind's leak report for Triton's bindings, where Triton is installed) goes to the log."""
     out = tmp_path / "run"
-    result = rlvr_cli("train", "data=gym", "data.name=nope_task", f"trainer.output_dir={out}", cwd=tmp_path)
+    result = rlvr_cli("train", "data=gym", "data.name=nope_task", f"trainer.output_dir={out}", cwd=tmp_path, fresh=True)
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines() == [result.stderr.strip()]  # one line, nothing after it

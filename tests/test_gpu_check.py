@@ -1,12 +1,13 @@
-"""The device check (scripts/gpu_check.py) runs end to end on CPU: `--allow-cpu`, tiny Qwen2, in a fresh process."""
+"""The device check (scripts/gpu_check.py) runs end to end on CPU: `--allow-cpu`, tiny Qwen2, in a process of its own
+(forked warm: tests/warm_cli.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from warm_cli import warm
 
 REPO = Path(__file__).resolve().parents[1]
 KEYS = {"pass", "failed", "device", "torch", "elapsed_s", "tokens_per_s", "mfu", "mfu_6nd", "head_s", "head_peak_bytes",
@@ -17,8 +18,7 @@ KEYS = {"pass", "failed", "device", "torch", "elapsed_s", "tokens_per_s", "mfu",
 def test_gpu_check_allow_cpu_smoke():
     # no GPU even where the tests run on a GPU machine: --allow-cpu would otherwise run the full-size check there
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2"}
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--allow-cpu"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    result = warm().run([REPO / "scripts" / "gpu_check.py", "--allow-cpu"], cwd=REPO, env=env, timeout=240)
     out = result.stdout.strip().splitlines()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads(out[-1])  # the last line is one JSON object

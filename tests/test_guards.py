@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from warm_cli import warm
 
 from rlvr import checkpoint
 
@@ -83,9 +82,9 @@ def test_dataset_file_run_drops_long_prompts_with_a_count(rlvr_cli, tmp_path):
 def test_non_finite_steps_are_skipped_then_stop_the_run_keeping_the_good_checkpoint(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "RLVR_POISON_FROM_STEP": "3", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, str(HERE / "poison.py"), "train", "recipe=grpo", "trainer.max_steps=10", "trainer.save_every=1",
+    cmd = [str(HERE / "poison.py"), "train", "recipe=grpo", "trainer.max_steps=10", "trainer.save_every=1",
            "trainer.max_bad_steps=2", f"trainer.output_dir={out}", *FAST]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    result = warm().run(cmd, cwd=tmp_path, env=env, timeout=600)
     assert result.returncode == 3, result.stderr[-3000:]
     assert "stopping at step 4: 2 steps in a row had a non-finite loss or gradient norm" in result.stderr
     assert str(checkpoint.step_dir(out, 2)) in result.stderr  # it names the last good checkpoint

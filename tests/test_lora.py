@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_rlvr
 from learners import lora_overrides, make_learner
 
 from rlvr import lora
@@ -205,10 +205,10 @@ def test_engine_lora_rank_is_one_vllm_allows():
 
 
 def _cli(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "rlvr", "train", "recipe=grpo", "model.lora.rank=8", "trainer.lr=3e-3",
+    cmd = ["train", "recipe=grpo", "model.lora.rank=8", "trainer.lr=3e-3",
            "trainer.lr_schedule=constant", "algo.ref_update_every=1", "trainer.eval_every=2", "data.eval_size=64",
            "logger.progress=false", f"trainer.output_dir={out}", *args]  # fmt: skip
-    return subprocess.run(cmd, cwd=out.parent, capture_output=True, text=True, timeout=900)
+    return run_rlvr(*cmd, cwd=out.parent, timeout=900)
 
 
 def test_lora_run_resumes_exactly_and_its_model_loads(tmp_path):
@@ -240,8 +240,7 @@ def test_lora_run_resumes_exactly_and_its_model_loads(tmp_path):
     from tests.test_eval_command import logged
 
     out = tmp_path / "eval"
-    cmd = [sys.executable, "-m", "rlvr", "eval", f"run={tmp_path / 'straight'}", "eval.n=0", f"output_dir={out}"]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = run_rlvr("eval", f"run={tmp_path / 'straight'}", "eval.n=0", f"output_dir={out}", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "eval.json").read_text())
     assert report["step"] == 4 and {k: report["metrics"][k] for k in logged(tmp_path / "straight", 4)} == logged(tmp_path / "straight", 4)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from warm_cli import WarmProcess, warm
 
 from rlvr import checkpoint
 
@@ -25,13 +26,19 @@ ARGS = ["recipe=dapo", "trainer.max_steps=4", "trainer.eval_every=2", "data.eval
 VOLATILE = ("timing/", "perf/", "time/")  # wall-clock values: the only ones allowed to differ
 
 
-def start(out: Path, *extra: str) -> subprocess.Popen[str]:
+def start(out: Path, *extra: str, fresh: bool = False) -> subprocess.Popen[str] | WarmProcess:
+    """The run as a process of its own: forked warm (tests/warm_cli.py), or with `fresh`, a new interpreter (the
+    uninterrupted run, so that every comparison below is between processes with different hash seeds, as a user's
+    resume is)."""
+    args = ["-m", "rlvr", "train", *ARGS, f"trainer.output_dir={out}", *extra]
+    if not fresh:
+        return warm().start(args, cwd=out.parent)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "rlvr", "train", *ARGS, f"trainer.output_dir={out}", *extra]
-    return subprocess.Popen(cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, *args], cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
 
 
-def finish(proc: subprocess.Popen[str]) -> None:
+def finish(proc: subprocess.Popen[str] | WarmProcess) -> None:
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-3000:]
 
@@ -44,11 +51,11 @@ def stable(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith(VOLATILE)}
 
 
-def kill_when(proc: subprocess.Popen[str], ready, what: str) -> None:
+def kill_when(proc: WarmProcess, ready, what: str) -> None:
     """SIGKILL the run as soon as ready() holds (polled every 2 ms)."""
     deadline = time.monotonic() + 300
     while not ready():
-        assert proc.poll() is None, f"the run ended before {what}: {proc.stderr.read()[-3000:] if proc.stderr else ''}"
+        assert proc.poll() is None, f"the run ended before {what}: {proc.output()[1][-3000:]}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
@@ -58,7 +65,7 @@ def kill_when(proc: subprocess.Popen[str], ready, what: str) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("resume") / "straight"
-    finish(start(out, "trainer.save_every=2"))
+    finish(start(out, "trainer.save_every=2", fresh=True))
     assert [r["step"] for r in rows(out)] == [0, 1, 2, 3, 4]
     assert [p.name for p in checkpoint.list_complete(out)] == ["step_00000002", "step_00000004"]  # save_every=2, keep_last=2
     return rows(out)

@@ -1,5 +1,5 @@
 """Every script that README.md, docs/guide/*.md or the Makefile names runs here at a smoke size (seconds: a tiny model,
-a step or two), in a fresh process as a person runs it, and ends on one JSON line with the keys its docstring promises.
+a step or two), in a process of its own as a person runs it (forked warm: tests/warm_cli.py), and ends on one JSON line with the keys its docstring promises.
 scripts/gpu_check.py's smoke is tests/test_gpu_check.py's, scripts/config_reference.py's tests/test_config_reference.py's.
 
 The scripts that build a learner build it through scripts/bench_config.py (the recipe tree composed, validated, every
@@ -15,12 +15,11 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import requires_sandbox
+from warm_cli import warm
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
@@ -37,9 +36,8 @@ TESTED_HERE = {"bench_main_job.py", "bench_learner.py", "bench_verifiers.py", "b
 
 
 def run_script(name: str, *args: str, cwd: Path, timeout: float = 240) -> dict:
-    """`python scripts/<name> args` in a fresh process; its last stdout line, parsed (it must be one JSON object)."""
-    result = subprocess.run([sys.executable, str(SCRIPTS / name), *args], cwd=cwd, env=ENV, capture_output=True,
-                            text=True, timeout=timeout)  # fmt: skip
+    """`python scripts/<name> args` in a process of its own; its last stdout line, parsed (it must be one JSON object)."""
+    result = warm().run([SCRIPTS / name, *args], cwd=cwd, env=ENV, timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert lines, result.stderr[-3000:]
@@ -148,8 +146,7 @@ def test_build_tiny_model_smoke(tmp_path):
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
         assert (tmp_path / "tiny" / name).is_file(), name
     # --smoke never overwrites the shipped model: it needs --out
-    result = subprocess.run([sys.executable, str(SCRIPTS / "build_tiny_model.py"), "--smoke"], cwd=tmp_path, env=ENV,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = warm().run([SCRIPTS / "build_tiny_model.py", "--smoke"], cwd=tmp_path, env=ENV, timeout=120)
     assert result.returncode == 2 and "--out" in result.stderr
 
 
