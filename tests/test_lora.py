@@ -4,6 +4,7 @@ its checkpoints and exact resume through the CLI, and its config errors."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -213,19 +214,22 @@ def _cli(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_lora_run_resumes_exactly_and_its_model_loads(tmp_path):
     """GRPO with LoRA, its KL term against a reference refreshed every step (the adapter's snapshot, in the checkpoint):
-    4 steps straight, and 2 steps then a resume to 4, give equal metrics (timings aside); the checkpoint holds the
-    adapter, not the frozen base; `model/` is a merged model with the adapter beside it, and `rlvr eval run=` on it
-    reproduces the run's last evaluation; the engine's logprobs agree with the learner's as in full fine-tuning."""
-    from tests.test_resume import rows, stable
+    4 steps straight, and the same run resumed from its step-2 checkpoint (a copy, its step-4 checkpoint and model
+    removed), give equal metrics (timings aside); the checkpoint holds the adapter, not the frozen base; `model/` is a
+    merged model with the adapter beside it, and `rlvr eval run=` on it reproduces the run's last evaluation; the
+    engine's logprobs agree with the learner's as in full fine-tuning."""
+    from tests.test_resume import copy_run, rows, stable
 
-    straight = _cli(tmp_path / "straight", "trainer.max_steps=4")
+    straight = _cli(tmp_path / "straight", "trainer.max_steps=4", "trainer.save_every=2")
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert "LoRA: rank 8, alpha 32; 94,208 trained parameters" in straight.stdout
-    first = _cli(tmp_path / "resumed", "trainer.max_steps=2")
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = _cli(tmp_path / "resumed", "trainer.max_steps=4")
+    resumed = copy_run(tmp_path / "straight", tmp_path / "resumed")
+    shutil.rmtree(resumed / "checkpoints" / "step_00000004")
+    shutil.rmtree(resumed / "model")
+    second = _cli(resumed, "trainer.max_steps=4", "trainer.save_every=2")
     assert second.returncode == 0, second.stderr[-3000:]
-    a, b = rows(tmp_path / "straight"), rows(tmp_path / "resumed")
+    assert f"resumed from {resumed / 'checkpoints' / 'step_00000002'} (step 2)" in second.stdout
+    a, b = rows(tmp_path / "straight"), rows(resumed)
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
     assert [stable(r) for r in a] == [stable(r) for r in b]
     assert max(r["actor/kl"] for r in a[1:]) > 0 and max(r.get("rollout/logprob_mismatch_max", 0) for r in a) < 1e-3

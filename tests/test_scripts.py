@@ -84,6 +84,7 @@ def test_bench_learner_smoke(tmp_path):
     assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-4)
 
 
+@pytest.mark.slow  # (~20 s: make test-slow, which CI runs too)
 def test_bench_learner_realistic_smoke(tmp_path):
     """make bench-learner-realistic's code at a smoke size (2 layers, 8 rows): its JSON line's keys (the Makefile's)."""
     out = run_script("bench_learner.py", "--realistic", "--smoke", "--json", cwd=tmp_path)

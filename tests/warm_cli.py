@@ -95,6 +95,7 @@ def child(request: dict) -> None:
     argv = request["argv"]
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]  # run_module puts the module's file in argv[0], as `-m` does
+        sys.path[0] = os.getcwd()  # as `-m` does
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
         sys.argv = list(argv)
