@@ -84,6 +84,7 @@ class RolloutConfig:
     cpu_kv_cache_gib: int = MISSING
     kv_cache_gib: Any = MISSING  # GPU: the engine's KV cache in GiB; auto (rlvr.settings)
     tensor_parallel_size: int = MISSING  # engine ranks per model copy under torchrun; 1 = one engine per rank
+    max_num_seqs: Any = MISSING  # int | auto: sequences an engine runs at once (vLLM's max_num_seqs; rlvr.settings)
 
 
 @dataclass
@@ -356,6 +357,7 @@ def check(cfg: Config) -> None:
         raise ConfigError(f"algo.clip_ratio_c must be > 1 (or null), got {a.clip_ratio_c}")
     auto_or(r, "rollout", "cuda_graphs", bool)
     auto_or(r, "rollout", "sleep", bool)
+    auto_or(r, "rollout", "max_num_seqs", int, 1)
     auto_or(t, "trainer", "tf32", bool)
     if r.kv_cache_gib != AUTO and not (isinstance(r.kv_cache_gib, int | float) and r.kv_cache_gib > 0):
         raise ConfigError(f"rollout.kv_cache_gib must be auto or a size in GiB > 0, got {r.kv_cache_gib!r}")

@@ -7,7 +7,11 @@ file), resolves the device-dependent settings with rlvr.settings.resolve on the 
 calls at start-up, so the plan and the run cannot disagree) and adds up rlvr.memory's figures per phase:
 
     rollout phase   the learner's resident state (fp32 weights, AdamW state, the reference) + the engine awake
-    learner phase   the learner's peak (+ the engine, unless it sleeps)
+                    (weights, LoRA slots, KV cache, forward activations, sampler buffers, CUDA graphs)
+    learner phase   the learner's peak + what the engine keeps meanwhile (asleep: its CUDA graphs; awake: all but
+                    its transient buffers)
+
+and the host memory of a node (sleep copies, CPU offload, vLLM's LoRA cache, rank 0's export).
 
 When it does not fit, each knob that would make it fit is named, checked by running the same arithmetic with the knob
 applied. It also reports the config errors that would stop the run at start-up on that many ranks. Its last line is
@@ -42,7 +46,7 @@ from rlvr.settings import DeviceSpec, Settings
 PLAN_KEYS = ("plan.gpus", "plan.gpu_memory_gib", "plan.gpu_name")
 GPUS_PER_NODE = 8  # ranks that share one machine's CPU cores (torch threads per rank)
 MAX_GPUS = 1024  # the most GPUs the "more GPUs" suggestion looks at
-ASSUMED_PROMPT_TOKENS = 512  # the prompt length planned for when data.max_prompt_tokens is 0 (no limit)
+ASSUMED_PROMPT_TOKENS = settings.ASSUMED_PROMPT_TOKENS  # the prompt length planned for without data.max_prompt_tokens
 SMALLEST_TOKENS = 256  # the smallest trainer.micro_batch_tokens suggested
 
 
@@ -108,14 +112,12 @@ def plan(
 ) -> dict[str, Any]:
     """What one GPU holds in each phase (GiB), whether the run fits, the resolved settings and the start-up problems.
     ConfigError when the settings cannot be resolved (e.g. no room for a KV cache)."""
-    s = settings.resolve(cfg, device(memory_gib, gpu_name, gpus), shape, world_size=gpus, builtin=builtin)
-    t, r, a = cfg.trainer, cfg.rollout, cfg.algo
-    # one micro-batch: rows of prompt + response tokens, padded to the longest, within the token and row budgets and
-    # within this rank's rows of a mini-batch
-    prompt = cfg.data.max_prompt_tokens or ASSUMED_PROMPT_TOKENS
-    row = prompt + r.max_new_tokens
-    rows = min(t.micro_batch_rows, max(1, a.prompts_per_minibatch * a.group_size // gpus))
-    tokens = max(1, min(rows, s.micro_batch_tokens // row)) * row if s.micro_batch_tokens else rows * row
+    spec = device(memory_gib, gpu_name, gpus)
+    s = settings.resolve(cfg, spec, shape, world_size=gpus, builtin=builtin)
+    t, r = cfg.trainer, cfg.rollout
+    # one micro-batch: a rank's rows of a mini-batch, of prompt + response tokens padded to the longest, within the
+    # token and row budgets (the same arithmetic rlvr.settings decides activation checkpointing from)
+    rows, row, tokens = settings.planned_micro_batch(cfg, gpus, s.micro_batch_tokens)
     learner = memory.learner_memory(
         shape,
         world_size=gpus,
@@ -125,56 +127,64 @@ def plan(
         checkpointing=s.activation_checkpointing,
         tokens=tokens,
         chunk_tokens=s.logits_chunk_tokens,
-        reference=a.kl_coef > 0,
+        reference=cfg.algo.kl_coef > 0,
         cpu_offload=t.cpu_offload,
         seq_len=row,
         lora_rank=cfg.model.lora.rank,
     )
-    engine = memory.engine_memory(
-        shape,
-        dtype=s.engine_dtype,
-        kv_cache_bytes=int(s.kv_cache_gib * GIB),
-        tensor_parallel_size=r.tensor_parallel_size,
-    )
-    engine_total = sum(engine.values())
-    # one rollout round on one engine: B prompts x G samples over the engines (an adaptive round draws up to
-    # max_gen_batches x B prompts); vLLM runs what its KV cache holds at once and queues the rest
+    engine = settings.engine_parts(cfg, spec, shape, engine_dtype=s.engine_dtype, max_num_seqs=s.max_num_seqs,
+                                   cuda_graphs=s.cuda_graphs, kv_cache_bytes=int(s.kv_cache_gib * GIB))  # fmt: skip
+    # one rollout round on one engine (rlvr.settings.round_rows); vLLM runs what its KV cache holds at once and queues
+    # the rest
     kv_per_token = memory.kv_bytes_per_token(shape, dtype=s.engine_dtype, tensor_parallel_size=r.tensor_parallel_size)
     kv_tokens = engine["kv_cache"] // kv_per_token
-    engines = gpus // r.tensor_parallel_size if gpus % r.tensor_parallel_size == 0 else 1
-    round_rows = -(-a.prompts_per_step * a.group_size // engines)
+    held = memory.engine_asleep(engine) if s.sleep else memory.engine_idle(engine)
     phases = {
         "rollout": {"learner_state": memory.learner_resident(learner), **{f"engine_{k}": v for k, v in engine.items()}},
-        "learner": {**learner, "engine": 0 if s.sleep else engine_total},
+        "learner": {**learner, **{f"engine_{k}": v for k, v in held.items()}},
     }
     usable = int(memory.USABLE_FRACTION * memory_gib * GIB)
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     fits = all(total <= usable for total in totals.values()) and kv_tokens >= row
+    adapter = settings.adapter_sync(cfg, s.engine_dtype)
+    level = memory.sleep_level(sleep=s.sleep, adapter_sync=adapter)
+    per_node = min(gpus, GPUS_PER_NODE)
+    host = memory.host_memory(shape, engine, world_size=gpus, ranks_per_node=per_node, level=level,
+                              cpu_offload=t.cpu_offload, lora_rank=cfg.model.lora.rank, engine_dtype=s.engine_dtype,
+                              adapter_sync=adapter)  # fmt: skip
+    ranks_host = host["sleep_copies"] + host["learner_offload"] + host["lora_cache"]  # the node's ranks, the export aside
     return {
         "fits": fits,
         "gpus": gpus,
         "gpu_memory_gib": memory_gib,
         "usable_gib": _gib(usable),
+        "free_gib": {name: _gib(usable - total) for name, total in totals.items()},  # the margin in each phase
         "phases": {
             name: {"total_gib": _gib(totals[name]), **{k: _gib(v) for k, v in parts.items()}}
             for name, parts in phases.items()
         },
         "micro_batch": {
             "tokens": tokens,
-            "rows": tokens // row,
+            "rows": rows,
             "row_tokens": row,
             "prompt_tokens_assumed": not cfg.data.max_prompt_tokens,
         },
         "kv_cache": {
             "tokens": kv_tokens,
             "bytes_per_token": kv_per_token,
-            "round_tokens": round_rows * row,
+            "round_tokens": settings.round_rows(cfg, gpus) * row,
             "row_tokens": row,
         },
-        "host_gib_per_gpu": _gib(
-            memory.learner_host_bytes(shape, world_size=gpus, cpu_offload=t.cpu_offload, lora_rank=cfg.model.lora.rank)
-            + (engine["weights"] if s.sleep else 0)
-        ),
+        "engine": {
+            "max_num_seqs": s.max_num_seqs,
+            "max_num_batched_tokens": memory.vllm_batch_defaults(cuda=True, memory_gib=memory_gib, name=gpu_name,
+                                                                 tensor_parallel_size=r.tensor_parallel_size)[0],
+            "round_rows": settings.round_rows(cfg, gpus),
+            "sleep_level": level,
+        },  # fmt: skip
+        "host": {"ranks_per_node": per_node, **{k: _gib(v) for k, v in host.items()}},
+        "host_gib_per_node": _gib(sum(host.values())),
+        "host_gib_per_gpu": _gib(ranks_host // per_node),  # one rank's share, the export aside
         "params": shape.num_params,
         "settings": asdict(s),
         "problems": world_problems(cfg, gpus),  # what would stop the run at start-up on that many ranks
@@ -267,11 +277,17 @@ def describe(result: dict[str, Any], cfg: Config, shape: ModelShape) -> str:
         f"micro-batch: {mb['tokens']:,} padded tokens ({mb['rows']} rows of {mb['row_tokens']:,}{assumed})",
         f"per GPU, of {result['usable_gib']:.1f} GiB usable ({memory.USABLE_FRACTION:.0%}):",
     ]
+    e = result["engine"]
+    graphs = f"{e['max_num_seqs']} sequences" + (", twice: LoRA" if cfg.model.lora.rank and "engine_lora" in result["phases"]["rollout"] else "")
     labels = {
         "learner_state": "learner state kept (weights, AdamW, reference)",
         "engine_weights": f"engine weights ({s.engine_dtype})",
+        "engine_lora": "engine LoRA adapter slots",
         "engine_kv_cache": f"engine KV cache ({kv['tokens']:,} tokens; a round needs {kv['round_tokens']:,})",
-        "engine_overhead": "engine activations, CUDA graphs",
+        "engine_activations": f"engine forward activations ({e['max_num_batched_tokens']:,} batched tokens)",
+        "engine_sampler": f"engine sampler buffers ({e['max_num_seqs']} x vocabulary, fp32)",
+        "engine_sampler_scratch": "engine sampler top-k/top-p scratch",
+        "engine_cuda_graphs": f"engine CUDA graphs ({graphs}; an estimate)",
         "weights": f"weights (frozen {s.precision} base, fp32 adapter)" if cfg.model.lora.rank else "weights (fp32 master)",
         "gradients": "gradients (fp32)",
         "optimizer": "AdamW moments (2 x fp32)",
@@ -279,20 +295,29 @@ def describe(result: dict[str, Any], cfg: Config, shape: ModelShape) -> str:
         "compute_weights": f"{s.precision} weight copies (autocast casts or FSDP2 gathers)",
         "activations": f"activations ({mb['tokens']:,} tokens{', checkpointed' if s.activation_checkpointing else ''})",
         "logits": "LM head (logits chunks, its weight gradient)",
-        "engine": "engine" + (" (asleep)" if s.sleep else " (awake)"),
     }
+    kept = f"kept asleep, level {e['sleep_level']}" if s.sleep else "kept awake"
+    held = {"engine_cuda_graphs": f"engine CUDA graphs ({kept})", "engine_sampler_scratch": f"engine sampler scratch ({kept})"}
     for name, parts in result["phases"].items():
         verdict = "fits" if parts["total_gib"] <= result["usable_gib"] else "does NOT fit"
-        lines.append(f"  {name} phase: {parts['total_gib']:.2f} GiB, {verdict}")
-        lines += [f"    {labels[k]:<62} {v:8.2f}" for k, v in parts.items() if k != "total_gib"]
+        free = result["free_gib"][name]
+        lines.append(f"  {name} phase: {parts['total_gib']:.2f} GiB, {verdict} ({free:.2f} GiB free, "
+                     f"{free / result['usable_gib']:.0%} of usable)")  # fmt: skip
+        for k, v in parts.items():
+            if k == "total_gib":
+                continue
+            label = held[k] if name == "learner" and k in held else labels[k]
+            lines.append(f"    {label:<66} {v:8.2f}")
     if kv["tokens"] < kv["row_tokens"]:
         lines.append(
             f"  the KV cache holds {kv['tokens']:,} tokens, less than one row ({kv['row_tokens']:,}): vLLM will not start"
         )
-    if result["host_gib_per_gpu"]:
-        lines.append(
-            f"host memory per GPU: {result['host_gib_per_gpu']:.1f} GiB (offloaded learner state, the sleeping engine's weights)"
-        )
+    host, what = result["host"], {"sleep_copies": "sleeping engines' weights", "learner_offload": "offloaded learner state",
+                                  "lora_cache": "vLLM's CPU LoRA cache", "export": "rank 0's export"}  # fmt: skip
+    lines.append(
+        f"host memory per node ({host['ranks_per_node']} rank{'s' if host['ranks_per_node'] > 1 else ''}): {result['host_gib_per_node']:.1f} GiB ("
+        + ", ".join(f"{what[k]} {host[k]:.1f}" for k in what if host[k]) + ")"
+    )
     lines += [f"start-up error: {p}" for p in result["problems"]]
     lines.append("fits: " + ("yes" if result["fits"] else "no"))
     if not result["fits"]:

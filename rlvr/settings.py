@@ -13,16 +13,23 @@ same function on a described GPU, so the plan and the run cannot disagree. No to
     rollout.cuda_graphs              true                                       false
     rollout.sleep                    true (the engine frees the GPU while the   false (vLLM has no sleep mode on CPU)
                                      learner runs)
+    rollout.max_num_seqs             the rows of one rollout round or           the same, at most 256 (vLLM's CPU default)
+                                     evaluation on one engine (round_rows), to
+                                     a multiple of 8, at most vLLM's default
+                                     (1024 on >= 70 GiB but A100s, else 256)
     rollout.kv_cache_gib             gpu_memory_utilization of the GPU, less    (unused: rollout.cpu_kv_cache_gib)
-                                     the engine's weights and 1 GiB
+                                     the engine's weights and what it holds
+                                     besides (rlvr.memory.engine_memory)
     trainer.tf32                     true                                       false
     trainer.logits_chunk_tokens      memory/128 over 4 x vocab bytes, as a      64 MiB over 4 x vocab bytes (measured on
                                      power of two in [1024, 8192]               2 cores: larger chunks fault pages)
-    trainer.activation_checkpointing on when without it the token budget would  false
-                                     be under MIN_GPU_TOKENS
+    trainer.activation_checkpointing on when without it neither the planned     false
+                                     micro-batch (planned_micro_batch) nor
+                                     MIN_GPU_TOKENS fit half the room
     trainer.micro_batch_tokens       half the memory the learner's state leaves  2048
                                      (rlvr.memory), over activation bytes per
-                                     token, a power of two in [2048, 65536]
+                                     token, a power of two in [2048, 65536];
+                                     at least the planned micro-batch if it fits
     trainer.torch_threads            cores / ranks on this machine, at most 8   cores / ranks on this machine
 
 The built-in model (`builtin:`) is 1M parameters: fp32 learner and engine wherever it runs (its matmuls are too small
@@ -38,15 +45,22 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rlvr.choices import RoundSize
 from rlvr.config import AUTO, ConfigError, Precision
 from rlvr.memory import (
     DTYPE_BYTES,
-    ENGINE_OVERHEAD_BYTES,
     GIB,
     USABLE_FRACTION,
+    VLLM_LORA_RANKS,
     ModelShape,
     activation_bytes_per_token,
+    engine_asleep,
+    engine_idle,
+    engine_memory,
+    engine_overhead,
     learner_memory,
+    lora_bytes_per_token,
+    vllm_batch_defaults,
 )
 
 SETTINGS_FILE = "settings.json"  # in the run folder: the device and what every setting resolved to
@@ -55,6 +69,8 @@ CPU_LOGITS_CHUNK_BYTES = 64 * 2**20  # one chunk of fp32 logits on a CPU
 MIN_GPU_TOKENS = 16384  # verl's per-GPU token budget: below it, activation checkpointing buys a larger micro-batch
 MAX_GPU_TOKENS = 65536
 MAX_THREADS_GPU = 8  # on a GPU machine the CPU only feeds the device
+ASSUMED_PROMPT_TOKENS = 512  # the prompt length planned for when data.max_prompt_tokens is 0 (no limit)
+SEQS_MULTIPLE = 8  # rollout.max_num_seqs=auto rounds a round's rows up to a multiple of this
 
 
 @dataclass(frozen=True)
@@ -93,6 +109,7 @@ class Settings:
     engine_dtype: str  # rollout.dtype
     cuda_graphs: bool  # rollout.cuda_graphs
     sleep: bool  # rollout.sleep
+    max_num_seqs: int  # rollout.max_num_seqs: what rlvr.rollout passes to vLLM's LLM(max_num_seqs=...)
     kv_cache_gib: float  # rollout.kv_cache_gib (0 on CPU: rollout.cpu_kv_cache_gib sizes it there)
     tf32: bool  # trainer.tf32
     logits_chunk_tokens: int  # trainer.logits_chunk_tokens
@@ -105,6 +122,7 @@ class Settings:
         "engine_dtype": "rollout.dtype",
         "cuda_graphs": "rollout.cuda_graphs",
         "sleep": "rollout.sleep",
+        "max_num_seqs": "rollout.max_num_seqs",
         "kv_cache_gib": "rollout.kv_cache_gib",
         "tf32": "trainer.tf32",
         "logits_chunk_tokens": "trainer.logits_chunk_tokens",
@@ -160,13 +178,17 @@ def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int,
     sleep = pick("rollout.sleep", cuda)
     if sleep and not cuda:
         raise ConfigError("rollout.sleep=true: vLLM has no sleep mode on CPU (nothing to free for the learner there); use auto or false")
-    kv_rule = engine_kv_gib(cfg, device, shape, engine_dtype) if cuda else 0.0
+    seqs = int(pick("rollout.max_num_seqs", max_num_seqs_rule(cfg, device, world_size=world_size)))
+    engine = engine_parts(cfg, device, shape, engine_dtype=str(engine_dtype), max_num_seqs=seqs,
+                          cuda_graphs=bool(cuda_graphs), kv_cache_bytes=0)  # fmt: skip
+    kv_rule = engine_kv_gib(cfg, device, engine) if cuda else 0.0
     kv_cache_gib = pick("rollout.kv_cache_gib", kv_rule)
     if cuda and kv_cache_gib <= 0:
         raise ConfigError(
             f"rollout.gpu_memory_utilization={cfg.rollout.gpu_memory_utilization} of a {device.memory_gib:.0f} GiB GPU "
             f"leaves no room for a KV cache beside the engine's weights; raise it, or set rollout.kv_cache_gib"
         )
+    engine["kv_cache"] = int(float(kv_cache_gib) * GIB) if cuda else 0
     tf32 = pick("trainer.tf32", cuda)
     chunk = pick("trainer.logits_chunk_tokens", logits_chunk_tokens(device, shape.vocab_size))
     compute_bytes = DTYPE_BYTES[precision]
@@ -174,11 +196,15 @@ def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int,
     tokens = want["trainer.micro_batch_tokens"]
     bf16_autocast = autocast(precision, sharded(world_size, cfg.trainer.cpu_offload))
     if cuda and (tokens == AUTO or want["trainer.activation_checkpointing"] == AUTO):
-        free = _activation_room(cfg, device, shape, world_size=world_size, precision=precision, sleep=bool(sleep), chunk=int(chunk))
+        held = sum((engine_asleep(engine) if sleep else engine_idle(engine)).values())
+        free = _activation_room(cfg, device, shape, world_size=world_size, precision=precision, engine=held, chunk=int(chunk))
+        per_token = {c: _per_token(cfg, shape, compute_bytes, c, bf16_autocast) for c in (False, True)}
+        _, _, planned = planned_micro_batch(cfg, world_size, 0)  # a rank's rows of a mini-batch, up to micro_batch_rows
         if want["trainer.activation_checkpointing"] == AUTO:
-            checkpointing = _token_budget(free, shape, compute_bytes, False, bf16_autocast) < MIN_GPU_TOKENS
+            # off when the planned micro-batch fits half the room as it is, or the room holds 16k tokens (verl's budget)
+            checkpointing = free // 2 // per_token[False] < min(planned, MIN_GPU_TOKENS)
         if tokens == AUTO:
-            tokens = _token_budget(free, shape, compute_bytes, bool(checkpointing), bf16_autocast)
+            tokens = _token_budget(free, per_token[bool(checkpointing)], planned)
     elif tokens == AUTO:
         tokens = CPU_TOKENS
     threads = pick("trainer.torch_threads", max(1, min(MAX_THREADS_GPU if cuda else device.cores, device.cores // device.local_ranks)))
@@ -187,6 +213,7 @@ def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int,
         engine_dtype=str(engine_dtype),
         cuda_graphs=bool(cuda_graphs),
         sleep=bool(sleep),
+        max_num_seqs=seqs,
         kv_cache_gib=round(float(kv_cache_gib), 2),
         tf32=bool(tf32),
         logits_chunk_tokens=int(chunk),
@@ -196,11 +223,82 @@ def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int,
     )
 
 
-def engine_kv_gib(cfg: Any, device: DeviceSpec, shape: ModelShape, engine_dtype: str) -> float:
+def engine_kv_gib(cfg: Any, device: DeviceSpec, engine: dict[str, int]) -> float:
     """The KV cache a GPU engine gets: its share of the device (rollout.gpu_memory_utilization), less its weights (split
-    over tensor-parallel ranks) and rlvr.memory.ENGINE_OVERHEAD_BYTES (1 GiB) for its activations and CUDA graphs."""
-    weights = shape.num_params * DTYPE_BYTES[engine_dtype] / cfg.rollout.tensor_parallel_size / GIB
-    return cfg.rollout.gpu_memory_utilization * device.memory_gib - weights - ENGINE_OVERHEAD_BYTES / GIB
+    over tensor-parallel ranks) and what it holds besides (rlvr.memory.engine_memory: the profiled activations, the
+    sampler's buffers, CUDA graphs, LoRA slots)."""
+    return cfg.rollout.gpu_memory_utilization * device.memory_gib - (engine["weights"] + engine_overhead(engine)) / GIB
+
+
+def engine_parts(cfg: Any, device: DeviceSpec, shape: ModelShape, *, engine_dtype: str, max_num_seqs: int,
+                 cuda_graphs: bool, kv_cache_bytes: int) -> dict[str, int]:
+    """rlvr.memory.engine_memory for this config's engine on `device`: vLLM's default batched-token budget there, the
+    LoRA slots of an adapter-synced engine (model.lora.sync=adapter)."""
+    r = cfg.rollout
+    batched, _ = vllm_batch_defaults(cuda=device.kind == "cuda", memory_gib=device.memory_gib, name=device.name,
+                                     tensor_parallel_size=r.tensor_parallel_size)  # fmt: skip
+    return engine_memory(shape, dtype=engine_dtype, kv_cache_bytes=kv_cache_bytes, tensor_parallel_size=r.tensor_parallel_size,
+                         max_num_seqs=max_num_seqs, max_num_batched_tokens=batched, cuda_graphs=cuda_graphs,
+                         lora_rank=engine_adapter_rank(cfg, engine_dtype))  # fmt: skip
+
+
+def adapter_sync(cfg: Any, engine_dtype: str) -> bool:
+    """Whether the engine follows a LoRA adapter as an adapter (rlvr.lora.sync_mode "adapter", with the engine's
+    resolved dtype): model.lora.sync=adapter, or auto where the engine does not compute in float32."""
+    lora = cfg.model.lora
+    if not lora.rank:
+        return False
+    sync = lora.sync.value if hasattr(lora.sync, "value") else str(lora.sync)
+    return sync == "adapter" or (sync == AUTO and engine_dtype not in ("float32", "float"))
+
+
+def engine_adapter_rank(cfg: Any, engine_dtype: str) -> int:
+    """The engine's max_lora_rank (rlvr.rollout.engine_lora_rank: the smallest rank vLLM allows that holds the
+    adapter's) when it takes the adapter as one, else 0."""
+    if not adapter_sync(cfg, engine_dtype):
+        return 0
+    return next((r for r in VLLM_LORA_RANKS if r >= cfg.model.lora.rank), cfg.model.lora.rank)
+
+
+def max_num_seqs_rule(cfg: Any, device: DeviceSpec, *, world_size: int) -> int:
+    """rollout.max_num_seqs=auto: the most rows one engine generates in one call (round_rows), rounded up to a
+    multiple of 8, at most vLLM's own default on the device (rlvr.memory.vllm_batch_defaults)."""
+    _, default = vllm_batch_defaults(cuda=device.kind == "cuda", memory_gib=device.memory_gib, name=device.name,
+                                     tensor_parallel_size=cfg.rollout.tensor_parallel_size)  # fmt: skip
+    rows = round_rows(cfg, world_size)
+    return min(default, -(-rows // SEQS_MULTIPLE) * SEQS_MULTIPLE)
+
+
+def engines(cfg: Any, world_size: int) -> int:
+    """Engines in the run: one per rollout.tensor_parallel_size ranks (1 where that does not divide the world: a
+    start-up error anyway)."""
+    tp = cfg.rollout.tensor_parallel_size
+    return max(1, world_size // tp) if world_size % tp == 0 else 1
+
+
+def round_rows(cfg: Any, world_size: int) -> int:
+    """The most rows (sequences) one engine is given in one generate call: a rollout round's share (rlvr.collect: B
+    prompts, or with algo.round_size=adaptive up to max_gen_batches x B, in whole shares per engine, times G samples)
+    or an evaluation's (rlvr.evaluation: its share of data.eval_size prompts, times eval.n samples when n > 0)."""
+    a, n = cfg.algo, engines(cfg, world_size)
+    adaptive = a.dynamic_sampling and a.round_size is RoundSize.adaptive
+    prompts = a.prompts_per_step * (a.max_gen_batches if adaptive else 1)
+    train = -(-prompts // n) * a.group_size
+    evaluation = -(-cfg.data.eval_size // n) * max(1, cfg.eval.n)
+    return max(train, evaluation)
+
+
+def planned_micro_batch(cfg: Any, world_size: int, micro_batch_tokens: int) -> tuple[int, int, int]:
+    """(rows, row tokens, padded tokens) of the largest micro-batch a rank trains on: its rows of a mini-batch
+    (algo.prompts_per_minibatch x group_size over the ranks), at most trainer.micro_batch_rows, of the longest row
+    (data.max_prompt_tokens, or ASSUMED_PROMPT_TOKENS without a limit, + rollout.max_new_tokens), within
+    `micro_batch_tokens` (0: no token budget; at least one row)."""
+    a, t = cfg.algo, cfg.trainer
+    row = (cfg.data.max_prompt_tokens or ASSUMED_PROMPT_TOKENS) + cfg.rollout.max_new_tokens
+    rows = min(t.micro_batch_rows, max(1, a.prompts_per_minibatch * a.group_size // world_size))
+    if micro_batch_tokens:
+        rows = max(1, min(rows, micro_batch_tokens // row))
+    return rows, row, rows * row
 
 
 def logits_chunk_tokens(device: DeviceSpec, vocab_size: int) -> int:
@@ -211,24 +309,33 @@ def logits_chunk_tokens(device: DeviceSpec, vocab_size: int) -> int:
     return min(8192, max(1024, _pow2_floor(tokens)))
 
 
-def _activation_room(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int, precision: str, sleep: bool, chunk: int) -> int:
+def _activation_room(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int, precision: str, engine: int, chunk: int) -> int:
     """Bytes left for activations on one GPU during the learner's phase: the usable part of the device, less what the
     learner holds besides activations at its peak (rlvr.memory.learner_memory: sharded fp32 weights, gradients and AdamW
-    state, the reference, the compute copies of the weights, the LM head's chunks) and the engine where it stays awake."""
+    state, the reference, the compute copies of the weights, the LM head's chunks) and `engine`, what the engine keeps
+    meanwhile (asleep: its CUDA graphs; awake: all but its transient buffers)."""
     offload = cfg.trainer.cpu_offload
     parts = learner_memory(shape, world_size=world_size, precision=precision, sharded=sharded(world_size, offload),
                            autocast=autocast(precision, sharded(world_size, offload)), checkpointing=False, tokens=chunk,
                            chunk_tokens=chunk, reference=cfg.algo.kl_coef > 0, cpu_offload=cfg.trainer.cpu_offload,
                            lora_rank=cfg.model.lora.rank)  # fmt: skip
     fixed = sum(v for k, v in parts.items() if k != "activations")
-    engine = 0 if sleep else int(cfg.rollout.gpu_memory_utilization * device.memory_gib * GIB)
     return int(USABLE_FRACTION * device.memory_gib * GIB) - fixed - engine
 
 
-def _token_budget(room: int, shape: ModelShape, compute_bytes: int, checkpointing: bool, autocast: bool) -> int:
-    """Half the room over the activation bytes per token, a power of two in [2048, MAX_GPU_TOKENS]."""
-    per_token = activation_bytes_per_token(shape, compute_bytes=compute_bytes, checkpointing=checkpointing, autocast=autocast)
-    return min(MAX_GPU_TOKENS, max(CPU_TOKENS, _pow2_floor(max(1, room // 2 // per_token))))
+def _per_token(cfg: Any, shape: ModelShape, compute_bytes: int, checkpointing: bool, autocast: bool) -> int:
+    """Activation bytes per token of a micro-batch (rlvr.memory), the adapter's included."""
+    return activation_bytes_per_token(shape, compute_bytes=compute_bytes, checkpointing=checkpointing, autocast=autocast) + \
+        lora_bytes_per_token(shape, cfg.model.lora.rank, compute_bytes=compute_bytes, autocast=autocast, checkpointing=checkpointing)
+
+
+def _token_budget(room: int, per_token: int, planned: int) -> int:
+    """Half the room over the activation bytes per token, a power of two in [2048, MAX_GPU_TOKENS]; at least the
+    planned micro-batch (`planned` tokens) where that fits half the room, so that it is not split for want of a power
+    of two."""
+    fits = room // 2 // per_token
+    budget = min(MAX_GPU_TOKENS, max(CPU_TOKENS, _pow2_floor(max(1, fits))))
+    return max(budget, planned) if planned <= fits else budget
 
 
 def _pow2_floor(x: int) -> int:
@@ -240,19 +347,30 @@ def record(out: Path, device: DeviceSpec, settings: Settings) -> None:
     (out / SETTINGS_FILE).write_text(json.dumps({"device": asdict(device), "settings": asdict(settings)}, indent=1) + "\n")
 
 
+def record_applied(out: Path, values: dict[str, Any]) -> None:
+    """Add to settings.json what start-up applied once the engine had started (`applied`: read back, not asked for)."""
+    path = out / SETTINGS_FILE
+    data = json.loads(path.read_text())
+    data["applied"] = {**data.get("applied", {}), **values}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def recorded(out: Path) -> tuple[DeviceSpec, Settings] | None:
     """What a run folder's settings.json says, or None if it has none."""
     path = out / SETTINGS_FILE
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    return DeviceSpec(**data["device"]), Settings(**{f.name: data["settings"][f.name] for f in fields(Settings)})
+    data = json.loads(path.read_text())  # a setting added since the run started is None: resolved afresh on a resume
+    return DeviceSpec(**data["device"]), Settings(**{f.name: data["settings"].get(f.name) for f in fields(Settings)})
 
 
 def keep_recorded(cfg: Any, settings: Settings, previous: Settings) -> Settings:
-    """On a resume: the values the run started with for every setting still left to auto (an explicit value wins)."""
+    """On a resume: the values the run started with for every setting still left to auto (an explicit value wins; a
+    setting the run's settings.json does not hold is resolved afresh)."""
     want = asked(cfg)
-    return Settings(**{f: getattr(previous if want[key] == AUTO else settings, f) for f, key in Settings.KEYS.items()})
+    kept = {f: getattr(previous if want[key] == AUTO and getattr(previous, f) is not None else settings, f)
+            for f, key in Settings.KEYS.items()}  # fmt: skip
+    return Settings(**kept)
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -308,7 +426,8 @@ def apply(cfg: Any, s: Settings) -> Any:
     """The config with every device-dependent key set to its resolved value."""
     from dataclasses import replace
 
-    rollout = replace(cfg.rollout, dtype=s.engine_dtype, cuda_graphs=s.cuda_graphs, sleep=s.sleep, kv_cache_gib=s.kv_cache_gib)
+    rollout = replace(cfg.rollout, dtype=s.engine_dtype, cuda_graphs=s.cuda_graphs, sleep=s.sleep, kv_cache_gib=s.kv_cache_gib,
+                      max_num_seqs=s.max_num_seqs)  # fmt: skip
     trainer = replace(cfg.trainer, precision=Precision(s.precision), tf32=s.tf32, logits_chunk_tokens=s.logits_chunk_tokens,
                       activation_checkpointing=s.activation_checkpointing, micro_batch_tokens=s.micro_batch_tokens,
                       torch_threads=s.torch_threads)  # fmt: skip

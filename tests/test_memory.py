@@ -12,11 +12,19 @@ from rlvr.memory import (
     GIB,
     ModelShape,
     activation_bytes_per_token,
+    cuda_graph_sizes,
+    engine_asleep,
+    engine_idle,
     engine_memory,
+    engine_overhead,
+    host_memory,
     kv_bytes_per_token,
     learner_memory,
     learner_resident,
+    lora_bytes_per_token,
     round_tokens,
+    sleep_level,
+    vllm_batch_defaults,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -141,3 +149,45 @@ def test_learner_memory_alone_and_offloaded():
 def test_engine_memory():
     e = engine_memory(shape("qwen2.5-7b"), dtype="bfloat16", kv_cache_bytes=10 * GIB, tensor_parallel_size=2)
     assert e["weights"] == 2 * 7_615_616_512 // 2 and e["kv_cache"] == 10 * GIB
+    # tensor parallelism splits the MLP's activations (18944 / 2) but not the residual stream; 8192 batched tokens
+    assert e["activations"] == 8192 * 2 * (2 * 3584 + 3 * 18944 // 2)
+
+
+def test_vllm_batch_defaults_and_cuda_graph_sizes():
+    """vllm/engine/arg_utils.py get_batch_defaults (LLM class) and vllm/config/vllm.py _set_cudagraph_sizes."""
+    assert vllm_batch_defaults(cuda=True, memory_gib=80, name="NVIDIA H100 80GB HBM3") == (16384, 1024)
+    assert vllm_batch_defaults(cuda=True, memory_gib=80, name="NVIDIA A100-SXM4-80GB") == (8192, 256)
+    assert vllm_batch_defaults(cuda=True, memory_gib=48, name="NVIDIA L40S") == (8192, 256)
+    assert vllm_batch_defaults(cuda=False, memory_gib=24, name="cpu", tensor_parallel_size=2) == (8192, 512)
+    piecewise, full = cuda_graph_sizes(256, 16384)  # up to min(2 x 256, 512) = 512
+    assert piecewise == [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)] and len(piecewise) == 3 + 31 + 17
+    assert full == piecewise[:35] and full[-1] == 256
+    assert cuda_graph_sizes(20, 16384) == ([1, 2, 4, 8, 16, 20, 24, 32, 40], [1, 2, 4, 8, 16, 20])  # + max_num_seqs
+    assert cuda_graph_sizes(256, 300)[0][-2:] == [288, 300]  # capped by, and capturing, max_num_batched_tokens
+
+
+def test_engine_asleep_idle_and_host_memory():
+    s = shape("qwen2.5-0.5b")
+    e = engine_memory(s, dtype="bfloat16", kv_cache_bytes=GIB, max_num_seqs=64, max_num_batched_tokens=16384, lora_rank=16)
+    assert engine_asleep(e) == {"cuda_graphs": e["cuda_graphs"], "sampler_scratch": e["sampler_scratch"]}
+    assert engine_asleep(e, offload_cudagraphs=True)["cuda_graphs"] == 0
+    assert set(engine_idle(e)) == set(e) - {"activations", "sampler"}  # freed blocks the learner's allocator reuses
+    assert engine_overhead(e) == sum(e.values()) - e["weights"] - e["kv_cache"]
+    assert e["lora"] == 2 * 8_798_208  # rank 16 on q/k/v/o/gate/up/down of 24 layers, bf16
+    assert sleep_level(sleep=True, adapter_sync=True) == 1 and sleep_level(sleep=True, adapter_sync=False) == 2
+    assert sleep_level(sleep=False, adapter_sync=True) == 0
+    one = host_memory(s, e, world_size=8, ranks_per_node=8, level=1, cpu_offload=True, lora_rank=16, adapter_sync=True)
+    unit = 151_936 * 896 + 896  # the tied embedding and the final norm outweigh a layer (14,912,384)
+    assert one == {"sleep_copies": 8 * (e["weights"] + e["lora"]),
+                   "learner_offload": 8 * ((4 * 494_032_768 + 16 * 8_798_208) // 8),
+                   "lora_cache": 8 * 2 * 8_798_208, "export": 2 * GIB + 2 * unit}  # fmt: skip
+    two = host_memory(s, e, world_size=8, ranks_per_node=8, level=2, cpu_offload=False)
+    assert two == {"sleep_copies": 0, "learner_offload": 0, "lora_cache": 0, "export": 2 * GIB + 2 * unit}
+
+
+def test_a_lora_adapters_activations_are_one_layers_under_checkpointing():
+    s = shape("qwen2.5-7b")  # per adapted projection its [16] intermediate, and autocast's cast of 5 inputs of A
+    per_layer = 7 * 16 * 2 + 5 * 2 * 3584
+    assert lora_bytes_per_token(s, 16, compute_bytes=2, autocast=True, checkpointing=False) == 28 * per_layer
+    assert lora_bytes_per_token(s, 16, compute_bytes=2, autocast=True, checkpointing=True) == per_layer
+    assert lora_bytes_per_token(s, 0, compute_bytes=2, autocast=True, checkpointing=False) == 0

@@ -4,11 +4,12 @@ figures below computed by hand; explicit values win; a resume keeps what the run
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
-from rlvr import settings
+from rlvr import memory, settings
 from rlvr.config import ConfigError, validate
 from rlvr.memory import GIB, ModelShape
 from rlvr.settings import DeviceSpec, Settings, resolve
@@ -31,9 +32,11 @@ def test_cuda_resolves_to_bf16_compute_a_bf16_engine_cuda_graphs_sleep_and_tf32(
     assert (s.precision, s.engine_dtype, s.cuda_graphs, s.sleep, s.tf32) == ("bf16", "bfloat16", True, True, True)
     # logits chunk: 80 GiB / 128 = 640 MiB over 4 x 151936 bytes per token = 1104 tokens -> 1024 (a power of two)
     assert s.logits_chunk_tokens == 1024
-    # KV cache: 0.5 of 80 GiB, less the bf16 weights (1,543,714,304 parameters x 2 bytes) and 1 GiB
-    assert QWEN_1_5B.num_params == 1_543_714_304
-    assert s.kv_cache_gib == round(40 - 1_543_714_304 * 2 / GIB - 1, 2)
+    # KV cache: 0.5 of 80 GiB, less the bf16 weights (1,543,714,304 parameters x 2 bytes) and what the engine holds
+    # besides (rlvr.memory.engine_memory at 1024 sequences and 16,384 batched tokens, vLLM's defaults on an H100)
+    assert QWEN_1_5B.num_params == 1_543_714_304 and s.max_num_seqs == 1024  # DAPO's 1536 rows, capped
+    engine = memory.engine_memory(QWEN_1_5B, dtype="bfloat16", kv_cache_bytes=0, max_num_seqs=1024, max_num_batched_tokens=16384)
+    assert s.kv_cache_gib == round(40 - (1_543_714_304 * 2 + memory.engine_overhead(engine)) / GIB, 2)
     assert s.torch_threads == 8  # 16 cores, one rank: at most 8 on a GPU machine
     old_gpu = resolve(cfg(), dataclasses.replace(H100, bf16=False), QWEN_1_5B, world_size=1, builtin=False)
     assert (old_gpu.precision, old_gpu.engine_dtype) == ("fp32", "float16")  # a V100: no bf16
@@ -42,7 +45,7 @@ def test_cuda_resolves_to_bf16_compute_a_bf16_engine_cuda_graphs_sleep_and_tf32(
 def test_cpus_resolve_by_their_bf16_support_and_keep_the_cpu_figures() -> None:
     plain = resolve(cfg(), CPU_AVX2, QWEN_1_5B, world_size=1, builtin=False)
     assert dataclasses.asdict(plain) == dict(
-        precision="fp32", engine_dtype="float32", cuda_graphs=False, sleep=False, kv_cache_gib=0.0, tf32=False,
+        precision="fp32", engine_dtype="float32", cuda_graphs=False, sleep=False, max_num_seqs=256, kv_cache_gib=0.0, tf32=False,
         logits_chunk_tokens=64 * 2**20 // (4 * 151936),  # 110: the CPU's measured 64 MiB of logits
         activation_checkpointing=False, micro_batch_tokens=2048, torch_threads=2,
     )  # fmt: skip
@@ -90,16 +93,22 @@ def test_token_budget_and_activation_checkpointing_follow_the_memory_left() -> N
     parts = learner_memory(QWEN_1_5B, world_size=1, precision="bf16", sharded=False, autocast=True, checkpointing=False, tokens=1024, chunk_tokens=1024,
                            reference=False)  # fmt: skip
     assert parts["weights"] + parts["gradients"] + parts["optimizer"] == 16 * QWEN_1_5B.num_params // 1
-    room = int(0.9 * 80 * GIB) - sum(v for k, v in parts.items() if k != "activations")
+    # what the sleeping engine keeps (its CUDA graphs, the sampler's scratch) is not the learner's
+    engine = memory.engine_memory(QWEN_1_5B, dtype="bfloat16", kv_cache_bytes=0, max_num_seqs=1024, max_num_batched_tokens=16384)
+    room = int(0.9 * 80 * GIB) - sum(v for k, v in parts.items() if k != "activations") - sum(memory.engine_asleep(engine).values())
     plain = activation_bytes_per_token(QWEN_1_5B, compute_bytes=2, checkpointing=False, autocast=True)
     checkpointed = activation_bytes_per_token(QWEN_1_5B, compute_bytes=2, checkpointing=True, autocast=True)
-    assert room // 2 // plain < 16384  # too few tokens without checkpointing ...
+    assert room // 2 // plain < 16384 and room // 2 // plain < 32 * 520  # too few tokens without checkpointing, for
+    # 16k tokens or the rank's 32 rows of a mini-batch (4 prompts x 8 samples of 512 + 8 tokens) ...
     assert s.activation_checkpointing
     expected = min(65536, 1 << ((room // 2 // checkpointed).bit_length() - 1))
     assert s.micro_batch_tokens == expected and expected >= 16384  # ... and enough with it
     tiny = ModelShape(32000, 256, 1024, 4, 4, 4, 64, True, False)  # a 20M model: room to spare, no checkpointing
     small = resolve(cfg(), H100, tiny, world_size=1, builtin=False)
     assert not small.activation_checkpointing and small.micro_batch_tokens == 65536
+    # the planned micro-batch decides: 2 rows of 520 tokens a rank fit without checkpointing, though 16k tokens would not
+    few = resolve(cfg("algo.prompts_per_minibatch=1", "algo.group_size=2"), H100, QWEN_1_5B, world_size=1, builtin=False)
+    assert room // 2 // plain >= 2 * 520 and not few.activation_checkpointing
     awake = resolve(cfg("rollout.sleep=false"), H100, QWEN_1_5B, world_size=1, builtin=False)  # the engine keeps 40 GiB
     assert awake.micro_batch_tokens < s.micro_batch_tokens
 
@@ -134,3 +143,23 @@ def test_this_machine_is_described_by_its_capabilities() -> None:
     device = DeviceSpec.detect()
     assert device.kind == "cpu" and device.cores >= 1 and device.memory_gib > 1
     assert device.bf16 == ("avx512_bf16" in flags or "amx_bf16" in flags)
+
+
+def test_record_applied_merges_into_settings_json(tmp_path: Path) -> None:
+    settings.record(tmp_path, H100, resolve(cfg(), H100, QWEN_1_5B, world_size=1, builtin=False))
+    settings.record_applied(tmp_path, {"float32_matmul_precision": "high"})
+    settings.record_applied(tmp_path, {"sleep_level": 2})
+    data = json.loads((tmp_path / settings.SETTINGS_FILE).read_text())
+    assert data["applied"] == {"float32_matmul_precision": "high", "sleep_level": 2} and settings.recorded(tmp_path) is not None
+
+
+def test_a_resume_resolves_afresh_what_its_settings_json_predates(tmp_path: Path) -> None:
+    c = cfg()
+    now = resolve(c, H100, QWEN_1_5B, world_size=1, builtin=False)
+    settings.record(tmp_path, H100, now)
+    path = tmp_path / settings.SETTINGS_FILE
+    data = json.loads(path.read_text())
+    del data["settings"]["max_num_seqs"]  # a run started before rollout.max_num_seqs existed
+    path.write_text(json.dumps(data))
+    _, before = settings.recorded(tmp_path)  # type: ignore[misc]
+    assert before.max_num_seqs is None and settings.keep_recorded(c, now, before) == now
