@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,14 +104,26 @@ def _errors(command: str) -> Iterator[None]:
             _discard(Path(hydra.runtime.output_dir))
         console.error(f"{command}: config error: {e}")
         raise SystemExit(2) from None
-    except Exception:
+    except Exception as e:
         console.crash(f"{command}: unexpected error")
-        if hydra.mode == RunMode.MULTIRUN:
+        if hydra.mode == RunMode.MULTIRUN:  # Hydra keeps the exception until the sweep ends: not the job's engine with it
+            _release_frames(e)
             raise
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         console.error(f"{command}: interrupted")
         raise SystemExit(130) from None
+
+
+def _release_frames(error: BaseException) -> None:
+    """Clear the local variables of the finished frames in `error`'s traceback and in those of the exceptions it
+    chains: a sweep's failed job leaves Hydra its exception, and through the frames' locals its run (the engine, the
+    learner, their memory) would stay alive while the next jobs run. The traceback was printed already."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
 
 
 def with_output_dir(args: list[str], key: str) -> list[str]:
