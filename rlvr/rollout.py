@@ -28,6 +28,7 @@ from vllm.v1.engine.detokenizer import INVALID_PREFIX_ERR_MSG, uses_fast_detoken
 
 from rlvr import distributed  # noqa: E402
 from rlvr.config import Config, ConfigError  # noqa: E402
+from rlvr.memory import VLLM_LORA_RANKS  # noqa: E402
 from rlvr.types import Completion  # noqa: E402
 
 
@@ -62,6 +63,7 @@ class Engine:
         sleep: bool = False,
         kv_cache_gib: float = 0.0,
         lora_rank: int = 0,
+        max_num_seqs: int = 256,
     ) -> None:
         distributed.init()  # the engine joins the run's process group (external_launcher), even in a world of one
         cpu = not torch.cuda.is_available()
@@ -88,6 +90,9 @@ class Engine:
             dtype=dtype,  # type: ignore[arg-type]  # validated by vLLM: auto | float32 | bfloat16 ...
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
+            # the most sequences in flight: a round's rows (rlvr.settings), not vLLM's 1024 on big GPUs, whose sampler
+            # buffers (sequences x vocabulary in fp32) would hold memory no round uses
+            max_num_seqs=max_num_seqs,
             # sampled-token logprobs after temperature and top-p, as the learner computes them (vLLM's default: raw)
             logprobs_mode="processed_logprobs",
             # CUDA graphs (GPU): decoding a 0.5-7B model is otherwise bound by kernel launches; weight pushes copy into
@@ -101,7 +106,7 @@ class Engine:
             **kv_bytes,  # type: ignore[arg-type]
             **adapters,  # type: ignore[arg-type]
         )
-        self.memory = Memory(self.llm, enabled=sleep)
+        self.memory = Memory(self.llm, enabled=sleep, level=sleep_level(adapter=bool(lora_rank)))
         self.tokenizer = self.llm.get_tokenizer()
         self._decodes_texts = uses_fast_detokenizer(self.tokenizer)  # else vLLM's (slow) detokenizer always runs
         # vLLM's sampler wraps two small ops in torch.compile (the sampled token's rank, for logprobs; a seedless
@@ -119,7 +124,7 @@ class Engine:
         return cls(model_path, seed=cfg.trainer.seed, max_model_len=max_model_len, dtype=r.dtype,
                    gpu_memory_utilization=r.gpu_memory_utilization, cpu_kv_cache_gib=r.cpu_kv_cache_gib,
                    tensor_parallel_size=r.tensor_parallel_size, cuda_graphs=r.cuda_graphs, sleep=r.sleep,
-                   kv_cache_gib=r.kv_cache_gib, lora_rank=lora_rank)  # fmt: skip  # resolved (rlvr.settings)
+                   kv_cache_gib=r.kv_cache_gib, lora_rank=lora_rank, max_num_seqs=r.max_num_seqs)  # fmt: skip  # resolved (rlvr.settings)
 
     def generate(
         self,
@@ -162,6 +167,18 @@ class Engine:
             ]
             for out in outputs
         ]
+
+    def prompt_logprobs(self, ids: list[int]) -> list[float]:
+        """The logprob of each of ids[1:] given the tokens before it, under the policy the engine samples from (its
+        weights, and its LoRA adapter if one was pushed) at temperature 1: vLLM's prompt logprobs, which are raw whatever
+        logprobs_mode says, and computed afresh (a request that asks for them reads no cached prefix). Greedy, one token
+        generated: no random numbers drawn. What rlvr.sync_check compares with the learner's after every push."""
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        self.memory.wake()
+        with torch.compiler.set_stance(self._compiler_stance):
+            out = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids))], params, use_tqdm=False, lora_request=self.adapter)[0]
+        scored = out.prompt_logprobs or []  # [len(ids)]: None for the first token, then {token: Logprob, ...}
+        return [step[token].logprob for step, token in zip(scored[1:], ids[1:], strict=True) if step is not None]
 
     def _decode(self, prompt_ids: list[int], completion: CompletionOutput) -> str:
         """The text vLLM's detokenizer for fast tokenizers makes of a completion (FastIncrementalDetokenizer in
@@ -226,8 +243,6 @@ class Engine:
         self.llm.llm_engine.engine_core.shutdown()
 
 
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
-
 
 def engine_lora_rank(rank: int) -> int:
     """vLLM's max_lora_rank for an adapter of `rank`: the smallest it allows that holds it (it zero-pads the rest)."""
@@ -237,31 +252,44 @@ def engine_lora_rank(rank: int) -> int:
     return fits[0]
 
 
+def sleep_level(*, adapter: bool) -> int:
+    """vLLM's sleep level for the engine: 2 (drop the weights) where every push replaces all of them, 1 (copy them to
+    host memory and back) where pushes are LoRA adapters over a base that must survive the sleep."""
+    return 1 if adapter else 2
+
+
 class Memory:
     """The engine's GPU memory around the learner's phases (vLLM sleep mode, as TRL's and verl's colocated engines do).
 
-    sleep(): level 1 (vLLM's LLM.sleep): the weights go to CPU RAM, the KV cache is dropped, the prefix cache reset.
-    wake("weights") before a weight push, wake("kv_cache") after it: the push's temporary tensors and the KV cache are
-    never on the device together. wake() wakes whatever sleeps. Level 2 would drop the weights instead of copying them
-    out (the push replaces every one), but vLLM 0.33 had weights come back wrong after it unless every parameter is
-    reloaded (vllm#29341): level 1 until that is measured safe on a GPU. Disabled (CPU, rollout.sleep=false), every
-    call does nothing. Tested with a fake engine (tests/test_rollout_memory.py): vLLM has no sleep mode on CPU.
+    sleep(): vLLM's LLM.sleep: the KV cache is dropped and the prefix cache reset; the weights are dropped (level 2:
+    full-weight pushes, which replace every one) or copied to pinned host memory and back (level 1: a LoRA adapter's
+    base, which no push brings back). wake("weights") before a weight push, wake("kv_cache") after it: the push's
+    temporary tensors and the KV cache are never on the device together. wake() wakes whatever sleeps; after level 2
+    it refuses to wake weights that no push refilled (they would be whatever the freed memory held: vLLM's issue
+    #29341 is weights coming back wrong after level 2). rlvr.sync_check checks every push against the learner.
+    Disabled (CPU, rollout.sleep=false), every call does nothing. Tested with a fake engine
+    (tests/test_rollout_memory.py): vLLM has no sleep mode on CPU.
     """
 
-    LEVEL = 1
     TAGS = ("weights", "kv_cache")  # vLLM's sleep tags (vllm.v1.executor.abstract.SLEEP_TAGS)
 
-    def __init__(self, llm: object, *, enabled: bool) -> None:
+    def __init__(self, llm: object, *, enabled: bool, level: int = 1) -> None:
         self.llm = llm
         self.enabled = enabled
+        self.level = level if enabled else 0  # what settings.json records (0: the engine never sleeps)
         self.asleep: set[str] = set()
 
     def sleep(self) -> None:
         if self.enabled and not self.asleep:
-            self.llm.sleep(level=self.LEVEL)  # type: ignore[attr-defined]
+            self.llm.sleep(level=self.level)  # type: ignore[attr-defined]
             self.asleep = set(self.TAGS)
 
     def wake(self, tag: str | None = None) -> None:
+        """Wake `tag` (or whatever sleeps). wake() with weights dropped by level 2 is an error: only a push
+        (Engine.load_weights: wake("weights"), then every weight written) may bring them back."""
+        if tag is None and self.level == 2 and "weights" in self.asleep:
+            raise RuntimeError("the engine's weights were dropped by its level-2 sleep and no push has refilled them: "
+                               "it would sample from freed memory (push the learner's weights first)")  # fmt: skip
         tags = [t for t in self.TAGS if t in self.asleep and tag in (None, t)]
         if tags:
             self.llm.wake_up(tags=tags)  # type: ignore[attr-defined]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.rollout import Engine, Memory
+import pytest
+
+from rlvr.rollout import Engine, Memory, sleep_level
 
 
 class FakeLLM:
@@ -45,10 +47,10 @@ class FakeLLM:
         return []
 
 
-def fake_engine(enabled: bool) -> tuple[Engine, FakeLLM]:
+def fake_engine(enabled: bool, level: int = 1) -> tuple[Engine, FakeLLM]:
     engine = Engine.__new__(Engine)  # no vLLM: only the attributes the lifecycle and the push use
     engine.llm = FakeLLM()  # type: ignore[assignment]
-    engine.memory = Memory(engine.llm, enabled=enabled)
+    engine.memory = Memory(engine.llm, enabled=enabled, level=level)
     engine._compiler_stance = "default"
     engine._decodes_texts = True
     engine.adapter = None
@@ -102,3 +104,24 @@ def test_an_adapter_push_wakes_the_engine_and_replaces_the_adapter_under_a_new_i
     assert llm.calls == [("reset_prefix_cache",), ("generate", "policy-1"), ("sleep", 1), ("wake_up", ("weights", "kv_cache")),
                          ("remove_lora", 1), ("reset_prefix_cache",), ("generate", "policy-2")]  # fmt: skip
     assert engine.adapter is not None and (engine.adapter.lora_int_id, engine.adapter.lora_path) == (2, str(tmp_path))
+
+
+def test_full_weight_pushes_sleep_at_level_2_and_adapters_at_level_1() -> None:
+    """Level 2 drops the weights (every full push replaces them all: no host copy out and back); an adapter push
+    leaves the base in place, so its engine keeps the weights through the sleep (level 1)."""
+    assert (sleep_level(adapter=False), sleep_level(adapter=True)) == (2, 1)
+    engine, llm = fake_engine(enabled=True, level=2)
+    engine.sleep()
+    engine.load_weights(iter([]))
+    assert llm.calls[:2] == [("sleep", 2), ("wake_up", ("weights",))] and llm.calls[4] == ("wake_up", ("kv_cache",))
+    assert (engine.memory.level, Memory(llm, enabled=False, level=2).level) == (2, 0)  # settings.json's sleep_level
+
+
+def test_weights_dropped_by_level_2_are_never_woken_without_a_push() -> None:
+    """After a level-2 sleep the weights' memory holds whatever it was freed with: generating before a push refilled
+    them is refused, not sampled from."""
+    engine, llm = fake_engine(enabled=True, level=2)
+    engine.sleep()
+    with pytest.raises(RuntimeError, match="dropped by its level-2 sleep and no push has refilled them"):
+        engine.generate([(1,)], n=1, max_tokens=2, temperature=0.0, top_p=1.0, seeds=None, stop=[])
+    assert llm.calls == [("sleep", 2)]
