@@ -5,14 +5,15 @@ Every rank holds a shard of every parameter when the run is sharded (rlvr.shardi
 decoder layer and at the root; rlvr.settings.sharded decides; a world of one trains the plain module). Every rank is
 handed the same full batch; each computes logprobs for, and trains on, its own contiguous share of the rows, and the
 loss normalizers are the batch's global counts, so the summed gradient over micro-batches and ranks is the full-batch
-gradient (rlvr.algo.aggregate). After the updates the full weights are gathered one parameter at a time for the
-rollout engine. The LM head's chunked logprobs are rlvr.lm_head's, the micro-batch plan rlvr.batching's, the adapter
-rlvr.lora's. (~380 lines: the class is one job, the update's contract; the CPU allocator setting and the lr schedule
-beside it are the optimizer's.)"""
+gradient (rlvr.algo.aggregate). After the updates the full weights are gathered one FSDP unit (decoder layer) at a
+time, in the receiver's dtype, for the rollout engine and the exported folder. The LM head's chunked logprobs are
+rlvr.lm_head's, the micro-batch plan rlvr.batching's, the adapter rlvr.lora's. (~420 lines: the class is one job, the
+update's contract; the CPU allocator setting and the lr schedule beside it are the optimizer's.)"""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import math
 import warnings
@@ -31,16 +32,17 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy
 from torch.distributed.tensor import DTensor
-from transformers import AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from rlvr import algo, distributed, lora, settings, sharding
 from rlvr.batching import micro_batches, split_to
 from rlvr.config import AUTO, ConfigError
 from rlvr.lm_head import has_plain_head, response_logprobs
-from rlvr.types import RolloutBatch
+from rlvr.types import Completion, RolloutBatch
 
 # devices with torch's fused AdamW kernel (torch.utils._foreach_utils._get_fused_kernels_supported_devices, less the rare ones)
 FUSED_OPTIMIZER_DEVICES = ("cpu", "cuda", "xpu", "mps")
+EXPORT_SHARD_BYTES = 2 * 2**30  # the exported folder's safetensors files: at most this much each (7B in bf16: 8 files)
 
 
 def keep_freed_memory() -> None:
@@ -221,15 +223,17 @@ class Learner:
             plan = split_to(plan, lengths, max(distributed.all_gather_objects(len(plan))))
         return [torch.tensor(rows, device=self.device) for rows in plan]
 
-    def _response_logprobs(self, model: PreTrainedModel, batch: RolloutBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _response_logprobs(self, model: PreTrainedModel, batch: RolloutBatch, with_entropy: bool,
+                           temperature: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
         with self._autocast():
-            return response_logprobs(model, batch, with_entropy=with_entropy, temperature=self.temperature,
+            return response_logprobs(model, batch, with_entropy=with_entropy, temperature=self.temperature if temperature is None else temperature,
                                      plain_head=self.plain_head, chunk_tokens=self.logits_chunk_tokens)  # fmt: skip
 
     @torch.no_grad()
-    def logprobs(self, batch: RolloutBatch, *, reference: bool = False) -> torch.Tensor:
-        """Response logprobs [N, T] under the policy (or the reference): each rank computes its rows, then all share.
-        No dropout (LoRA's): these are the policy's probabilities, not a training forward's."""
+    def logprobs(self, batch: RolloutBatch, *, reference: bool = False, temperature: float | None = None) -> torch.Tensor:
+        """Response logprobs [N, T] under the policy (or the reference) at the sampling temperature (or `temperature`):
+        each rank computes its rows, then all share. No dropout (LoRA's): these are the policy's probabilities, not a
+        training forward's."""
         in_place = reference and self.reference is None  # LoRA: the policy's model, as the reference
         model = self.model if not reference or in_place else self.reference
         assert model is not None, "no reference model: kl_coef is 0"
@@ -242,14 +246,25 @@ class Learner:
         try:
             with self.reference_adapter.swapped_in(self.model) if in_place else contextlib.nullcontext():  # type: ignore[union-attr]
                 for rows in self._micro_batches(mine):
-                    local[rows] = self._response_logprobs(model, mine.select(rows), False)[0].to(local.dtype)
+                    local[rows] = self._response_logprobs(model, mine.select(rows), False, temperature)[0].to(local.dtype)
         finally:
             self.model.train()
+        if self.reference is not None and model is self.reference:  # FSDP2 keeps the root's gathered embedding and
+            sharding.reshard(self.reference)  # head after a forward: the policy's next one needs its own, not these
         if self.world_size == 1:
             return local.cpu()
         gathered = [torch.empty_like(local) for _ in range(self.world_size)]
         torch.distributed.all_gather(gathered, local)
         return torch.cat(gathered).cpu()  # [N, T]
+
+    def sequence_logprobs(self, ids: list[int]) -> torch.Tensor:
+        """The logprob of each of ids[1:] given the tokens before it under the policy at temperature 1, as
+        rlvr.rollout.Engine.prompt_logprobs gives them: [len(ids) - 1] (rlvr.sync_check). A collective: every rank
+        passes the same ids (one row per rank)."""
+        row = Completion(prompt_ids=ids[:1], token_ids=ids[1:], text="", finish_reason="length", engine_logprobs=[])
+        n = self.world_size
+        batch = RolloutBatch.from_completions([row] * n, [0.0] * n, [False] * n, pad_id=0)
+        return self.logprobs(batch, temperature=1.0)[0]
 
     def update(
         self,
@@ -335,34 +350,56 @@ class Learner:
         return sharding.full_tensor(param, self.device)
 
     @torch.no_grad()
-    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full weights in checkpoint names (tied weights once), gathered one parameter at a time; with LoRA, the base's
-        with the adapter merged in (rlvr.lora.merged_weights).
+    def named_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full weights in checkpoint names (tied weights once), every tensor in `dtype`: the receiver's (the engine's
+        rollout.dtype, the exported folder's), so that what it gets is what it would have made of the master weights
+        by casting them itself; None: the master weights' own dtype. With LoRA, the base's with the adapter merged in
+        (rlvr.lora.merged_weights) from the masters, then cast.
 
-        A collective: every rank must consume the whole iterator, in order. Peak extra memory is the
-        largest single parameter (the gather is bounded by it, not by the model).
+        Gathered one FSDP unit (decoder layer) at a time, each in `dtype` where that is narrower than the masters
+        (rlvr.sharding.gathered_units): half the bytes of float32 under a bf16 engine, a few collectives per layer
+        instead of one per parameter. A collective: every rank must consume the whole iterator, in order. Peak
+        extra memory is about two decoder layers' worth (the root's embedding and head where those are larger).
         """
-        if self.lora:
-            yield from lora.merged_weights(self.model, self._full)
-            return
-        for name, param in self.model.named_parameters():
-            yield name, self._full(param)
+        units = sharding.gathered_units(self.model, self.device, None if self.lora else dtype)
+        named = lora.merged_weights(self.model, units) if self.lora else (kv for unit in units for kv in unit.items())
+        for name, tensor in named:
+            yield name, tensor if dtype is None else tensor.to(dtype)
 
-    def save(self, folder: Path) -> None:
-        """A Hugging Face folder (safetensors + config + tokenizer) that transformers and vLLM load; with LoRA the
-        merged model, and the adapter in its `adapter` folder (rlvr.lora). Rank 0 writes it.
+    def export_dtype(self) -> torch.dtype:
+        """The dtype of the exported folder: the model's published one (its config.json), so that a bf16 model comes
+        back bf16 and not twice its size; the master weights' where the config names none, or where the run asked for
+        float64 masters (model.dtype=float64: exact arithmetic end to end, as the tests' references)."""
+        masters = self.trainable[0].dtype  # all parameters', or (LoRA) the adapter's: what the merged weights come in
+        published = AutoConfig.from_pretrained(self.model_path).dtype
+        if isinstance(published, str):
+            published = getattr(torch, published, None)
+        return masters if masters == torch.float64 or not isinstance(published, torch.dtype) else published
+
+    def save(self, folder: Path, *, max_shard_bytes: int = EXPORT_SHARD_BYTES) -> None:
+        """A Hugging Face folder (safetensors in export_dtype, config, generation config, tokenizer) that transformers
+        and vLLM load; with LoRA the merged model, and the adapter in its `adapter` folder (rlvr.lora). Rank 0 writes
+        the weights as they are gathered, in files of at most `max_shard_bytes` (rlvr.sharding.write_safetensors).
 
         A collective (the full weights are gathered on every rank).
         """
-        state = {}
-        for name, tensor in self.named_weights():  # every rank takes part in each gather; rank 0 alone keeps a copy
-            if self.rank == 0:
-                state[name] = tensor.cpu()
-        adapter = self.save_adapter(folder / lora.ADAPTER_FOLDER) if self.lora else None
+        dtype = self.export_dtype()
+        named = self.named_weights(dtype)
         if self.rank == 0:
             folder.mkdir(parents=True, exist_ok=True)
+            sharding.write_safetensors(named, folder, max_shard_bytes=max_shard_bytes)
+        else:
+            for _ in named:  # every rank takes part in each gather; rank 0 alone writes
+                pass
+        adapter = self.save_adapter(folder / lora.ADAPTER_FOLDER) if self.lora else None
+        if self.rank == 0:
             base = self.model.get_base_model() if adapter is not None else self.model  # type: ignore[operator]
-            base.save_pretrained(folder, state_dict=state, safe_serialization=True)
+            config = copy.deepcopy(base.config)  # (the learner's own records the masters' dtype)
+            config.dtype = str(dtype).removeprefix("torch.")
+            config.architectures = [type(base).__name__.removeprefix("FSDP")]  # FSDP2 renames the class it wraps
+            config.save_pretrained(folder)
+            if base.can_generate():
+                base.generation_config.save_pretrained(folder)
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(folder)
 
     @torch.no_grad()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,26 +130,29 @@ def checkpoint_name(name: str) -> str:
     return name.removeprefix(PEFT_PREFIX).replace(".base_layer.", ".")
 
 
-def merged_weights(model: Any, full: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_weights(model: Any, units: Iterable[dict[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
     """The base model's weights with the adapter merged in (W + scaling B A, accumulated in at least float32), in
-    checkpoint names; `full` turns a parameter into its whole tensor (an all-gather under FSDP2, so every rank must
-    consume the iterator in order). Every tensor comes out in the adapter's dtype (float32, or float64)."""
+    checkpoint names. `units`: the wrapped model's whole tensors by name, each targeted layer's base weight, A and B in
+    one dict (rlvr.sharding.gathered_units: one decoder layer per dict, a collective, so every rank must consume the
+    iterator in order). Every tensor comes out in the adapter's dtype (float32, or float64)."""
     from peft.tuners.lora import LoraLayer
 
     out_dtype = next(p for _, p in adapter_parameters(model)).dtype
-    for name, param in model.named_parameters():
-        if _is_adapter(name):
-            continue
-        weight = full(param).to(out_dtype)
-        owner, _, kind = name.rpartition(".")
-        if owner.endswith(".base_layer") and kind == "weight":
-            layer = model.get_submodule(owner.removesuffix(".base_layer"))
-            if isinstance(layer, LoraLayer) and ADAPTER in layer.lora_A:
-                a = full(layer.lora_A[ADAPTER].weight).to(out_dtype)  # type: ignore[arg-type]  # [r, in]
-                b = full(layer.lora_B[ADAPTER].weight).to(out_dtype)  # type: ignore[arg-type]  # [out, r]
-                delta = b @ a * layer.scaling[ADAPTER]  # [out, in]
-                weight = weight + (delta.T if getattr(layer, "fan_in_fan_out", False) else delta)
-        yield checkpoint_name(name), weight
+    for unit in units:
+        for name, tensor in unit.items():
+            if _is_adapter(name):
+                continue
+            weight = tensor.to(out_dtype)
+            owner, _, kind = name.rpartition(".")
+            if owner.endswith(".base_layer") and kind == "weight":
+                prefix = owner.removesuffix(".base_layer")
+                layer = model.get_submodule(prefix)
+                if isinstance(layer, LoraLayer) and ADAPTER in layer.lora_A:
+                    a = unit[f"{prefix}.lora_A.{ADAPTER}.weight"].to(out_dtype)  # [r, in]
+                    b = unit[f"{prefix}.lora_B.{ADAPTER}.weight"].to(out_dtype)  # [out, r]
+                    delta = b @ a * layer.scaling[ADAPTER]  # [out, in]
+                    weight = weight + (delta.T if getattr(layer, "fan_in_fan_out", False) else delta)
+            yield checkpoint_name(name), weight
 
 
 def adapter_weights(model: Any, full: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:

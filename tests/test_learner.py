@@ -187,6 +187,35 @@ def test_named_weights_list_tied_weights_once():
     assert "model.embed_tokens.weight" in names
 
 
+def test_export_is_in_the_published_dtype_and_streamed_in_files(tmp_path):
+    """A model published in bf16 (its config.json) and trained with float32 masters exports bf16: the masters' casts,
+    config.json saying so. A file limit below the model's size gives transformers' sharded layout (an index and
+    numbered files) that loads to the same tensors; the default gives one model.safetensors and removes those files."""
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    published = tmp_path / "published"
+    shutil.copytree(MODEL, published)
+    config = json.loads((published / "config.json").read_text())
+    (published / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}))
+    learner = learners.make_learner("model.dtype=float32", "algo.kl_coef=0", f"model.path={published}")
+    masters = {name: t.clone() for name, t in learner.named_weights()}
+    assert all(t.dtype == torch.float32 for t in masters.values())
+    assert any(not torch.equal(t.to(torch.bfloat16).float(), t) for t in masters.values())  # the cast rounds
+    folder = tmp_path / "model"
+    for limit, sharded in ((50_000, True), (2**30, False)):
+        learner.save(folder, max_shard_bytes=limit)
+        files = sorted(folder.glob("model*.safetensors"))
+        assert (len(files) > 1) == sharded == (folder / "model.safetensors.index.json").is_file()
+        assert sharded or files[0].name == "model.safetensors"  # and the numbered files of the save before are gone
+        assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+        state = AutoModelForCausalLM.from_pretrained(folder).state_dict()  # in the dtype its config.json names
+        for name, master in masters.items():
+            assert state[name].dtype == torch.bfloat16 and torch.equal(state[name], master.to(torch.bfloat16)), name
+
+
 def test_reference_is_frozen_until_refreshed():
     torch.manual_seed(0)
     learner = learners.make_learner("model.dtype=float64", "trainer.lr=1e-2", "trainer.grad_clip=1e9", "algo.kl_coef=0.04",

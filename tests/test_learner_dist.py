@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor
 
 from rlvr.models import resolve_model_path
 
@@ -63,6 +64,8 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
         # the engine's logprobs differ from the learner's, some by more than the cap: the correction is exercised
         batch.engine_logprobs = old + 0.8 * torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
         ref = learner.logprobs(batch, reference=True) if kl_coef > 0 else None
+        if ref is not None and learner.sharded and learner.reference is not None:  # its root resharded after the pass
+            assert all(isinstance(p, DTensor) for p in learner.reference.parameters())
         kwargs = dict(ratio=ratio, clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=8,
                       kl_coef=kl_coef, kl_estimator="k3", clip_ratio_c=None, rollout_correction="token_truncated",
                       rollout_correction_cap=2.0)  # fmt: skip
@@ -71,9 +74,40 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
         if spec is not None:
             weights.update(adapter_weights(learner.model, learner._full))
         out[f"{aggregation}/{ratio}"] = (weights, metrics)
+    push = _push_and_export(world_size, shard, Path(tmp)) if not (sync_every or lora_rank) else None
     if rank == 0:
-        torch.save(out, f"{tmp}/world{world_size}-{shard}-{sync_every}-{lora_rank}.pt")
+        torch.save({"steps": out, "push": push}, f"{tmp}/world{world_size}-{shard}-{sync_every}-{lora_rank}.pt")
     distributed.shutdown()
+
+
+def _push_and_export(world_size: int, shard: bool | None, tmp: Path) -> dict:
+    """A fresh float32 learner's pushed weights (named_weights: the masters, and bf16 casts for a bf16 engine), the
+    all-gathers each push took, what the old gather (one DTensor.full_tensor per parameter) gives, and its exported
+    folder (save, 50 kB files: an index and many shards)."""
+    from learners import make_learner
+
+    from rlvr import sharding
+
+    learner = make_learner("model.dtype=float32", "algo.kl_coef=0", world_size=world_size, shard=shard)
+    gather, calls = torch.distributed.all_gather_single, []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].dtype)  # the wire dtype
+        return gather(*args, **kwargs)
+
+    torch.distributed.all_gather_single = counted
+    try:
+        masters = {name: t.clone() for name, t in learner.named_weights()}
+        masters_calls = calls[:]
+        bf16 = {name: t.clone() for name, t in learner.named_weights(torch.bfloat16)}
+    finally:
+        torch.distributed.all_gather_single = gather
+    old = {name: sharding.full_tensor(p, learner.device).clone() for name, p in learner.model.named_parameters()}
+    folder = tmp / f"export-{world_size}-{shard}"
+    learner.save(folder, max_shard_bytes=50_000)
+    units = 1 + learner.model.config.num_hidden_layers if learner.sharded else 0  # the root, each decoder layer
+    return {"masters": masters, "bf16": bf16, "old": old, "calls": (masters_calls, calls[len(masters_calls) :]),
+            "units": units, "folder": folder}  # fmt: skip
 
 
 def _check_lora_reference_and_state(spec, like, batch, adv, folder: Path) -> None:
@@ -157,9 +191,9 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, dict]:
 
 
 def test_one_and_two_ranks_take_the_same_step(ranks: dict[tuple, dict]) -> None:
-    one, two = ranks[1, None, False, 0], ranks[2, None, False, 0]  # one process trains the plain module, two shard it with FSDP2
-    one_sharded = ranks[1, True, False, 0]  # FSDP2 over a single rank: the same step as the plain module
-    two_synced = ranks[2, None, True, 0]  # gradients reduce-scattered after every micro-batch, as on GPUs
+    one, two = ranks[1, None, False, 0]["steps"], ranks[2, None, False, 0]["steps"]  # one process trains the plain module, two shard it with FSDP2
+    one_sharded = ranks[1, True, False, 0]["steps"]  # FSDP2 over a single rank: the same step as the plain module
+    two_synced = ranks[2, None, True, 0]["steps"]  # gradients reduce-scattered after every micro-batch, as on GPUs
     from transformers import AutoModelForCausalLM
 
     start = dict(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64).named_parameters())
@@ -184,7 +218,7 @@ def test_one_and_two_ranks_train_the_same_adapter(ranks: dict[tuple, dict]) -> N
     """LoRA under FSDP2: the adapter's A and B (rank 0 draws A and broadcasts it; the base is frozen in every shard)
     and the merged weights after two steps are those of one rank's plain module, for GRPO (KL against the base with
     the adapter disabled) and DAPO; every B moved off zero and the merged weights off the base."""
-    one, two = ranks[1, None, False, 4], ranks[2, None, True, 4]
+    one, two = ranks[1, None, False, 4]["steps"], ranks[2, None, True, 4]["steps"]
     from transformers import AutoModelForCausalLM
 
     start = dict(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64).named_parameters())
@@ -202,3 +236,28 @@ def test_one_and_two_ranks_train_the_same_adapter(ranks: dict[tuple, dict]) -> N
             for key in ("pg_loss", "grad_norm", "entropy", "kl"):
                 if key in a:
                     assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-12), (case, key)
+
+
+def test_weights_are_gathered_unit_by_unit_and_exported_alike(ranks: dict[tuple, dict]) -> None:
+    """named_weights on 1 rank (plain module), FSDP2 over 1 rank and 2 ranks: the same names, dtypes and bits as the
+    old per-parameter gather and as each other (float32), bf16 casts of the masters when asked for bf16, in one
+    all-gather per FSDP unit (the root, 4 decoder layers) and none unsharded. The exported folders (an index over many
+    files) load in transformers to the masters, the same from every world."""
+    from transformers import AutoModelForCausalLM
+
+    plain, one, two = ranks[1, None, False, 0]["push"], ranks[1, True, False, 0]["push"], ranks[2, None, False, 0]["push"]
+    for push in (plain, one, two):
+        assert sorted(push["masters"]) == sorted(plain["old"])  # (FSDP2: the root's unit first, then each layer's)
+        for name, old in plain["old"].items():
+            assert old.dtype == torch.float32 and push["masters"][name].dtype == torch.float32, name
+            assert torch.equal(push["masters"][name], old) and torch.equal(push["old"][name], old), name
+            assert torch.equal(push["bf16"][name], old.to(torch.bfloat16)), name
+        assert push["calls"] == ([torch.float32] * push["units"], [torch.bfloat16] * push["units"])
+    assert (plain["units"], one["units"], two["units"]) == (0, 5, 5)  # against 38 parameters
+    assert (two["folder"] / "model.safetensors.index.json").is_file()
+    for push in (plain, one, two):
+        model = AutoModelForCausalLM.from_pretrained(push["folder"])
+        assert model.dtype == torch.float32  # the built-in model's own (config.json)
+        state = model.state_dict()
+        for name, old in plain["old"].items():
+            assert torch.equal(state[name], old), name
