@@ -29,8 +29,10 @@ from rlvr.models import is_builtin, resolve_model_path
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine, engine_lora_rank
 from rlvr.run_state import RunClock, StopSignal, fresh_counters, restore
+from rlvr.sync_check import SyncCheck, probe_ids
 from rlvr.types import Example
 
+PROBE_PROMPTS = 8  # the sync probe's prompts (rlvr.sync_check), the held-out set's first
 _runs_started: list[float] = []  # a Hydra sweep runs its jobs one after another in one process
 
 
@@ -54,15 +56,18 @@ class Run:
     dropped: dict[str, int]  # the data's prompts left out (too long), for the step-0 row
     loss: LossOptions  # the loss's options, as learner.update takes them
     stop: StopSignal
+    sync_check: SyncCheck  # after every push: does the engine compute what the learner computes?
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg  # (start() replaces it with the resolved one: every `auto` a value)
         self.counters = fresh_counters()
         self._closed = False
 
-    def push(self) -> None:
-        """The learner's policy into the engine (push_weights). A collective."""
+    def push(self, where: str) -> dict[str, float]:
+        """The learner's policy into the engine (push_weights), then the check that the engine now computes what the
+        learner does (rlvr.sync_check: SyncError, naming `where`, if not); its sync/* metrics. A collective."""
         push_weights(self.engine, self.learner, self.sync, self.out)
+        return self.sync_check.after_push(where)
 
     def evaluate(self, step: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """The eval/* metrics on the held-out set, and its sample records (rlvr.evaluation)."""
@@ -146,13 +151,21 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
     # Model, engine. The engine re-seeds the global RNGs when it starts, so seed after it (a resume restores them).
     stream = run.stream = PromptStream(train_set, t.seed, cfg.data.skip_solved)
     learner = run.learner = Learner.from_config(cfg, model_path)
-    run.engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=adapter_rank)
+    engine = run.engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=adapter_rank)
+    # vLLM's worker sets torch's float32 matmul precision when it starts ("highest"): the learner's choice again, after it
+    torch.set_float32_matmul_precision("high" if t.tf32 else "highest")
+    if distributed.is_main():  # as applied, read back
+        settings.record_applied(out, {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+                                      "sleep_level": engine.memory.level})  # fmt: skip
     if cfg.model.lora.init:  # the engine starts from the base: give it the starting adapter
-        run.push()
+        push_weights(engine, learner, sync, out)
+    # the engine and the learner hold the same policy here: the gap their kernels leave between them, for later checks
+    probe = probe_ids([e.prompt_ids for e in (run.eval_set + train_set)[:PROBE_PROMPTS]], max_model_len - 1)
+    run.sync_check = SyncCheck(engine, learner, probe)
     seed_everything(t.seed)
     if resume_from is not None:
         run.counters = restore(resume_from, learner, stream, t.seed)
-        run.push()
+        run.push("the resume's push")
     counters = run.counters
     logger = run.logger = MetricsLogger(
         out,
@@ -202,7 +215,7 @@ def push_weights(engine: Engine, learner: Learner, sync: str | None, out: Path) 
         distributed.barrier()  # written before any rank's engine reads it
         engine.load_adapter(folder)
     else:
-        engine.load_weights(learner.named_weights())
+        engine.load_weights(learner.named_weights(engine.dtype))  # in the engine's dtype: a bf16 engine gets half the bytes
 
 
 ENGINE_ADAPTER_FOLDER = ".engine_adapter"  # in the run folder: the adapter of the last push (model.lora.sync=adapter)

@@ -121,7 +121,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             # weights, takes the new ones, then wakes its KV cache, into the memory the learner's allocator has just
             # given back.
             learner.release_memory()
-            run.push()
+            metrics.update(run.push(f"step {step}"))  # stops the run here if the engine does not compute the new policy
             t_sync = time.perf_counter()
 
             # 9. Reference refresh, metrics, evaluation.
