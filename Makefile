@@ -88,9 +88,11 @@ bench-learner: install
 bench-learner-realistic: install
 	$(PY) scripts/bench_learner.py --realistic --json
 
-# The device check, on a GPU machine (one H200 in ~3 minutes): bf16 update tokens/s and MFU on Qwen2.5-1.5B's shapes,
-# the chunked LM head at GPU chunk sizes, the engine's memory share held then released, rlvr plan against the measured
-# peak, bf16 numerics; last line JSON. gpu-check-cpu: the same code on tiny shapes (tests/test_gpu_check.py runs it).
+# The device check, on a GPU machine (one H200, at most 8 minutes): bf16 update tokens/s and MFU on Qwen2.5-1.5B's
+# shapes, the chunked LM head at GPU chunk sizes, the engine's memory share held then released, rlvr plan against the
+# measured peak, bf16 numerics; where vLLM is installed, vLLM beside the learner on Qwen2.5-0.5B's shapes (sleep, weight
+# and adapter pushes checked against the learner's logprobs, CUDA graphs, 2 `rlvr train` steps); last line JSON.
+# gpu-check-cpu: the same code on tiny shapes, vLLM's CPU build (tests/test_gpu_check.py runs it).
 gpu-check:
 	PYTHONUNBUFFERED=1 python3 scripts/gpu_check.py
 

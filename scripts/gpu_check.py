@@ -1,4 +1,6 @@
-"""The device check: rlvr's learner on one lent GPU (an H200), on Qwen2.5-1.5B's shapes, in at most 8 minutes.
+"""The device check: rlvr's learner on one GPU (an H200), on Qwen2.5-1.5B's shapes, and where vLLM is installed the
+engine beside it (sleep, wake, weight and adapter pushes, CUDA graphs, `rlvr train`), on Qwen2.5-0.5B's, in at most 8
+minutes.
 
     python scripts/gpu_check.py                 # on the GPU machine, from the repo root (rlvr need not be installed)
     python scripts/gpu_check.py --allow-cpu     # no GPU: the same code on a tiny Qwen2 and batch (CI's smoke test)
@@ -51,11 +53,47 @@ recorded as a failed check and the next one runs:
  numerics   response logprobs of --numerics-rows rows under fresh learners with trainer.precision=fp32 (TF32
             off) and bf16 on the same weights: max and mean abs difference within the tolerances.
 
+The engine sections, after those: the only ones that import vLLM (rlvr.rollout, rlvr.startup). vLLM is blocked until
+then (an `import vllm` on the learner's path fails here as it would on the lent GPU machine, which has none); where it
+is not installed they are skipped ("skipped: vllm is not installed", engine_checked false: not a failed check). Their
+model: a random Qwen2 of Qwen2.5-0.5B's shapes (hidden 896, MLP 4864, 24 layers, 14 heads over 2 KV heads, head_dim
+64, q/k/v biases, vocabulary 151,936, tied head; 494M parameters) as fp32 safetensors, with tiny-arith's character
+tokenizer padded by placeholder tokens to the full vocabulary (every id decodes; the arithmetic task's prompts encode).
+Config: recipes/config.yaml (DAPO) with that model, data.max_prompt_tokens 256 and rollout.max_new_tokens 64,
+resolved for the device as `rlvr train` resolves it; learner and engine built as rlvr.startup builds them
+(Learner.from_config, then Engine.from_config: on a GPU bf16, CUDA graphs, sleep mode, the resolved KV cache), pushes
+by rlvr.startup.push_weights. Logprobs compared: Engine.prompt_logprobs (vLLM's prompt logprobs, temperature 1) and
+Learner.sequence_logprobs on the same sequences (4 prompts of 48-256 random ids + their 64 greedy tokens).
+
+ engine     greedy generate; the checkpoint's logprobs: engine vs learner within --sync-mean-tol (0.02) and
+            --sync-max-tol (0.3) nats; then --pushes (2) rounds of: sleep; (first round) two updates of the micro-batch
+            `rlvr plan` plans for this config (its rows x 320 tokens; the second one's peak is the learner phase);
+            noise of --push-noise (0.1) x each weight's RMS on every learner weight; the full-weight push (wakes the
+            weights, loads, wakes the KV cache); the engine's logprobs moved (mean |change| >= --moved-factor (5) x
+            the engine-learner mismatch) and match the learner's new ones (same tolerances); a greedy generate after
+            the push. Then rlvr.plan.plan's per-phase GiB for this config on this GPU against what was measured:
+            rollout phase (after the last push's generate: device memory used by the process, cudaMemGetInfo) and
+            learner phase (torch.cuda.max_memory_allocated over the update beside the sleeping engine), host RSS
+            (VmRSS, VmHWM) at both, and vLLM's own report (its model runner's model_memory_usage, its KV cache
+            tensors) against the plan's engine weights and KV cache. Reported, not checked: nothing of it ran yet.
+ adapters   the same with model.lora.rank=--lora-rank (8), model.lora.sync=adapter: an engine with LoRA enabled;
+            the checkpoint (a fresh adapter is the base), then --pushes adapter pushes (noise of --adapter-noise
+            (0.01) on every adapter weight, the peft folder loaded as a new vLLM adapter), each moved and matched.
+ train      --train-steps (2; 0 under --allow-cpu) steps of `python -m rlvr train` in a process of its own on the same
+            model (GRPO on the built-in task, 16 prompts x 4, 32 new tokens): exit 0, every step in metrics.jsonl,
+            finite losses, no skipped update; its per-step timings and the children's peak RSS reported.
+
+--allow-cpu runs the engine sections on vLLM's CPU build (no sleep mode: Engine(sleep=False), no CUDA graphs) with
+CPU_MODEL's shapes (heads of 32: vLLM's CPU attention has no head_dim 16), 2 prompts, 6 new tokens, a 16-row update,
+and no `rlvr train` steps (a fresh process costs ~13 s of imports on 2 cores; tests/test_gpu_check.py tests the
+metrics reading on a file). The plan there describes an 80 GiB GPU: the code path, measured against nothing.
+
 Then one line per check (ok / FAIL), a PASS or FAIL line, and as the very last line one JSON object with every number
-(tokens_per_s, mfu, head_s, *_peak_bytes, plan_ratio, numerics_*, device, torch, elapsed_s, and each section's
-details under "sections"). Exit status 0 on pass, 1 on a failed check, 2 when there is no CUDA device and no
---allow-cpu. Sections left when --budget-s (420) has passed are skipped (a failed check). vLLM is blocked at start-up:
-an `import vllm` on the learner's path fails here as it would on the GPU machine, which has none.
+(tokens_per_s, mfu, head_s, *_peak_bytes, plan_ratio, numerics_*, device, torch, elapsed_s; engine_checked,
+engine_skipped, engine_start_s, engine_start_gap, engine_push_gaps / engine_push_moved and adapter_push_gaps /
+adapter_push_moved (per push: mean_abs, max_abs, tokens), engine_phases (plan vs measured), train_step_s; and each
+section's details under "sections"). Exit status 0 on pass, 1 on a failed check, 2 when there is no CUDA device and no
+--allow-cpu. Sections left when --budget-s (420) has passed are skipped (a failed check).
 """
 
 from __future__ import annotations
@@ -80,7 +118,10 @@ from typing import Any
 SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
 sys.path[:0] = [str(REPO), str(SCRIPTS)]  # rlvr from this checkout (not installed there), and bench_config
-sys.modules["vllm"] = None  # type: ignore[assignment]  # as on the GPU machine: any `import vllm` now raises ImportError
+# As on the GPU machine, which has no vLLM: any `import vllm` on the learner's path raises ImportError, until the engine
+# sections (the only ones that import rlvr.rollout) put back what was there (a warm test process imported it already).
+_VLLM = sys.modules.get("vllm")
+sys.modules["vllm"] = None  # type: ignore[assignment]
 
 import torch  # noqa: E402
 
@@ -91,6 +132,9 @@ QWEN25_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28
                   max_position_embeddings=32768, rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                   hidden_act="silu", initializer_range=0.02, use_sliding_window=False,
                   bos_token_id=0, eos_token_id=0, pad_token_id=0)  # fmt: skip
+# Qwen/Qwen2.5-0.5B's (the engine sections' model: vLLM, a learner and `rlvr train` on one GPU in minutes)
+QWEN25_05B = {**QWEN25_15B, **dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                                   head_dim=64)}  # fmt: skip
 # --allow-cpu: the same architecture family, shrunk so that a 2-core CPU runs the whole check in seconds
 CPU_MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  head_dim=16, vocab_size=1024)  # fmt: skip
@@ -125,8 +169,9 @@ def reset_peak() -> None:
 
 
 def free() -> None:
-    """Drop what is unreachable and hand cached blocks back, so the next peak starts from what is live."""
-    gc.collect()
+    """Drop what is unreachable and hand cached blocks back, so the next peak starts from what is live. (On CPU, where
+    no peak is measured, the young generations only: a full collection beside vLLM's objects costs ~0.1 s a call.)"""
+    gc.collect() if cuda() else gc.collect(1)
     if cuda():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -165,23 +210,33 @@ def rounded(x: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------- set-up
 
 
-def build_model(folder: Path, config: dict) -> Path:
-    """A randomly initialised Qwen2ForCausalLM of `config`'s shapes, fp32 safetensors, and a tokenizer, in `folder`
+def build_model(folder: Path, fields: dict) -> Path:
+    """A randomly initialised Qwen2ForCausalLM of `fields`' shapes, fp32 safetensors, and a tokenizer, in `folder`
     (initialised on the GPU when there is one: 1.5B parameters initialise in seconds there, a minute on a CPU)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    fields = {**QWEN25_15B, **config}  # --allow-cpu: CPU_MODEL over the 1.5B shapes
     with torch.device("cuda" if cuda() else "cpu"):
         model = Qwen2ForCausalLM(Qwen2Config(**fields))  # fp32, random weights
     model.to("cpu")  # safetensors writes host memory
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder, safe_serialization=True)
     del model
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(TINY_ASSETS / name, folder / name)
+    write_tokenizer(folder, fields["vocab_size"])
     free()
     return folder
+
+
+def write_tokenizer(folder: Path, vocab_size: int) -> None:
+    """The built-in model's character-level tokenizer (tiny-arith's 99 tokens: the arithmetic task's prompts encode as
+    they do there) with placeholder tokens `<xN>` for every further id of the model's vocabulary, so that the engine
+    decodes any id the random model samples."""
+    tokenizer = json.loads((TINY_ASSETS / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    assert sorted(vocab.values()) == list(range(len(vocab))), "tiny-arith's ids are 0..n-1"
+    vocab.update({f"<x{i}>": i for i in range(len(vocab), vocab_size)})
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    shutil.copy(TINY_ASSETS / "tokenizer_config.json", folder / "tokenizer_config.json")
 
 
 def long_tailed_batch(rows: int, vocab_size: int, *, prompt_min: int, prompt_max: int, response_median: float,
@@ -552,6 +607,391 @@ def section_numerics(ctx: dict, args: argparse.Namespace) -> dict:
     return r
 
 
+# -------------------------------------------------------------------------------------------------- engine sections
+# The only sections that import vLLM (rlvr.rollout): where it is not installed (the lent GPU machine) they are
+# reported as skipped, and the learner's sections above stand on their own.
+
+ENGINE_GPU = dict(prompts=(48, 96, 160, 256), new_tokens=64, max_prompt_tokens=256, update_rows=0)
+# --allow-cpu: CPU_MODEL's shapes but heads of 32 (vLLM's CPU attention has no kernel for head_dim 16), a few short
+# prompts, an update of 16 rows (the plan's micro-batch is cut there)
+ENGINE_CPU_MODEL = {**CPU_MODEL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32}
+ENGINE_CPU = dict(prompts=(7, 12), new_tokens=6, max_prompt_tokens=16, update_rows=16)
+# --allow-cpu: rlvr plan describes a GPU of this size (the code path; nothing is measured against it)
+PLAN_CPU_GIB = 80.0
+TRAIN_OVERRIDES = ["recipe=grpo", "algo.group_size=4", "algo.prompts_per_step=16", "algo.prompts_per_minibatch=8",
+                   "rollout.max_new_tokens=32", "data.eval_size=32", "reward.workers=0", "trainer.save_every=0",
+                   "trainer.eval_every=0", "logger.progress=false"]  # fmt: skip
+
+
+def host_memory() -> dict:
+    """This process's resident host memory now and its peak so far (/proc/self/status: VmRSS, VmHWM), in bytes."""
+    out: dict = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out["rss_bytes" if key == "VmRSS" else "rss_peak_bytes"] = int(value.split()[0]) * 1024
+    return out
+
+
+def memory_now() -> dict:
+    """Where memory stands: the device's used bytes (everything this process holds there: the CUDA context, vLLM's
+    pools, torch's cache; cudaMemGetInfo), torch's allocated and peak-allocated bytes, the host's RSS now and at peak."""
+    out = host_memory()
+    if cuda():
+        torch.cuda.synchronize()
+        free_bytes, total = torch.cuda.mem_get_info()
+        out.update(device_used_bytes=total - free_bytes, allocated_bytes=torch.cuda.memory_allocated(),
+                   peak_allocated_bytes=torch.cuda.max_memory_allocated())  # fmt: skip
+    return out
+
+
+def _vllm_memory(worker: Any) -> dict:
+    """vLLM's own account of its memory, read inside its worker (collective_rpc): the weights as its model runner
+    measured them at load (model_memory_usage), the KV cache's tensors (distinct storages) and blocks."""
+    runner, cache = worker.model_runner, worker.cache_config
+    storages: dict[int, int] = {}
+    stack = list(getattr(runner, "kv_caches", None) or [])
+    while stack:
+        t = stack.pop()
+        if isinstance(t, (list, tuple)):
+            stack.extend(t)
+        elif isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    weights = getattr(runner, "model_memory_usage", None)
+    return {"weights_bytes": None if weights is None else int(weights), "kv_cache_bytes": sum(storages.values()) or None,
+            "kv_blocks": getattr(cache, "num_gpu_blocks", None), "block_size": getattr(cache, "block_size", None)}  # fmt: skip
+
+
+def _vllm_facts(worker: Any) -> dict:
+    """Which model runner vLLM chose and whether it captured CUDA graphs (read inside its worker)."""
+    runner, compilation = worker.model_runner, worker.vllm_config.compilation_config
+    return {"model_runner": f"{type(runner).__module__}.{type(runner).__name__}",
+            "cudagraph_mode": str(getattr(compilation, "cudagraph_mode", None)),
+            "enforce_eager": bool(worker.vllm_config.model_config.enforce_eager)}  # fmt: skip
+
+
+def engine_facts(engine: Any) -> dict:
+    try:
+        facts = engine.llm.collective_rpc(_vllm_facts)[0]
+    except Exception as e:  # a report is not a check: say why it is missing
+        facts = {"error": f"{type(e).__name__}: {e}"[:200]}
+    return {**facts, "sleep_level": getattr(engine.memory, "level", None)}
+
+
+def vllm_memory(engine: Any) -> dict:
+    try:
+        return engine.llm.collective_rpc(_vllm_memory)[0]
+    except Exception as e:  # a report is not a check: say why it is missing
+        return {"error": f"{type(e).__name__}: {e}"[:200]}
+
+
+def gap(a: list[list[float]], b: list[list[float]]) -> dict:
+    """Mean and max |a - b| over every token of every sequence."""
+    x, y = torch.tensor([v for row in a for v in row]), torch.tensor([v for row in b for v in row])
+    assert x.shape == y.shape, (x.shape, y.shape)
+    d = (x - y).abs()
+    return {"tokens": d.numel(), "mean_abs": d.mean().item(), "max_abs": d.max().item(), "finite": bool(torch.isfinite(d).all())}  # fmt: skip
+
+
+def engine_logprobs(engine: Any, seqs: list[list[int]]) -> list[list[float]]:
+    return [engine.prompt_logprobs(ids) for ids in seqs]  # [len(ids) - 1] each
+
+
+def learner_logprobs(learner: Any, seqs: list[list[int]]) -> list[list[float]]:
+    return [learner.sequence_logprobs(ids).tolist() for ids in seqs]  # [len(ids) - 1] each
+
+
+@torch.no_grad()
+def perturb(learner: Any, *, relative: float, absolute: float, seed: int) -> None:
+    """Move every trained parameter as a large update would: Gaussian noise of `relative` x the parameter's RMS per
+    element, or of `absolute` where that is 0 (or relative is 0: a LoRA adapter, whose B starts at zero)."""
+    for i, p in enumerate(learner.trainable):
+        g = torch.Generator(device=p.device).manual_seed(seed * 100_003 + i)
+        rms = float(p.float().pow(2).mean().sqrt())
+        scale = relative * rms if relative and rms > 0 else absolute
+        p.add_(scale * torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype))
+
+
+def engine_overrides(ctx: dict, *extra: str) -> list[str]:
+    e = ctx["engine_spec"]
+    return [f"model.path={ctx['engine_model']}", "model.dtype=float32", "trainer.lr=1e-6", "trainer.warmup_steps=0",
+            "trainer.lr_schedule=constant", f"rollout.max_new_tokens={e['new_tokens']}",
+            f"data.max_prompt_tokens={e['max_prompt_tokens']}", *extra]  # fmt: skip
+
+
+def planned(ctx: dict, overrides: list[str]) -> dict:
+    """rlvr plan's arithmetic (rlvr.plan.plan) for the config: on this GPU (its memory and name), or with --allow-cpu
+    on a described PLAN_CPU_GIB GPU."""
+    from bench_config import UNUSED_OUTPUT, compose
+
+    from rlvr.config import validate
+    from rlvr.plan import plan
+
+    raw = validate(compose([UNUSED_OUTPUT, *overrides]))
+    if cuda():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        gib_total, name = props.total_memory / GIB, props.name
+    else:
+        gib_total, name = PLAN_CPU_GIB, f"a described {PLAN_CPU_GIB:g} GiB GPU (--allow-cpu)"
+    return plan(raw, ctx["engine_shape"], gpus=1, memory_gib=gib_total, gpu_name=name, builtin=False)
+
+
+def engine_setup(ctx: dict) -> None:
+    """The engine sections' model (Qwen2.5-0.5B's shapes; --allow-cpu: CPU_MODEL's), its prompts (seeded random ids)."""
+    from rlvr.memory import ModelShape
+
+    if "engine_model" in ctx:
+        return
+    spec = ctx["engine_spec"] = ENGINE_GPU if cuda() else ENGINE_CPU
+    fields = {**QWEN25_05B, **({} if cuda() else ENGINE_CPU_MODEL)}
+    ctx["engine_model"], ctx["engine_model_s"] = timed(lambda: str(build_model(Path(ctx["tmp"]) / "engine-model", fields)))  # fmt: skip
+    ctx["engine_shape"] = ModelShape.from_config({**fields, "model_type": "qwen2"})
+    g = torch.Generator().manual_seed(1)
+    ctx["engine_prompts"] = [tuple(torch.randint(3, fields["vocab_size"], (n,), generator=g).tolist()) for n in spec["prompts"]]  # fmt: skip
+
+
+@contextlib.contextmanager
+def engine_and_learner(ctx: dict, overrides: list[str], *, lora_rank: int = 0) -> Iterator[tuple[Any, Any, Any, dict]]:
+    """(engine, learner, cfg, timings) as `rlvr train` builds them (Learner.from_config, then Engine.from_config with
+    the resolved rollout settings); the engine is shut down and both dropped on the way out, whatever happened."""
+    from bench_config import build_learner, run_config
+
+    from rlvr.rollout import Engine
+
+    cfg = run_config(*overrides)
+    spec = ctx["engine_spec"]
+    learner, learner_s = timed(lambda: build_learner(cfg))
+    engine = None
+    try:
+        engine, engine_s = timed(lambda: Engine.from_config(ctx["engine_model"], cfg, spec["max_prompt_tokens"] + spec["new_tokens"],
+                                                            lora_rank=lora_rank))  # fmt: skip
+        yield engine, learner, cfg, {"learner_build_s": learner_s, "engine_start_s": engine_s}
+    finally:
+        if engine is not None:
+            engine.close()
+        del engine, learner
+        free()
+
+
+def sync_checks(ctx: dict, args: argparse.Namespace, prefix: str, label: str, moved: dict | None, follows: dict) -> None:  # fmt: skip
+    """The named checks of one comparison: the engine's logprobs match the learner's (and moved, after a push)."""
+    ok = follows["finite"] and follows["mean_abs"] <= args.sync_mean_tol and follows["max_abs"] <= args.sync_max_tol
+    ctx["checks"].append((f"{prefix}: {label}: the engine's logprobs match the learner's (mean |diff| {follows['mean_abs']:.2e} <= "
+                          f"{args.sync_mean_tol:g}, max {follows['max_abs']:.2e} <= {args.sync_max_tol:g}; {follows['tokens']} tokens)", ok))  # fmt: skip
+    if moved is not None:
+        floor = args.moved_factor * max(follows["mean_abs"], 1e-6)
+        ctx["checks"].append((f"{prefix}: {label}: the engine's logprobs moved (mean |change| {moved['mean_abs']:.2e} >= "
+                              f"{args.moved_factor:g} x the mismatch, {floor:.2e})", moved["mean_abs"] >= floor))  # fmt: skip
+
+
+def push_rounds(ctx: dict, args: argparse.Namespace, prefix: str, engine: Any, learner: Any, cfg: Any, sync: str | None,
+                seqs: list[list[int]], *, before_push: Callable[[int], dict] | None = None) -> list[dict]:  # fmt: skip
+    """--pushes times: sleep, (before_push), perturb the learner, push as the run does (rlvr.startup.push_weights:
+    full weights, or the adapter's folder), then the engine's logprobs on the same sequences against the learner's, and
+    a greedy generation after the push."""
+    from rlvr.startup import push_weights
+
+    spec = ctx["engine_spec"]
+    e_prev, l_prev = engine_logprobs(engine, seqs), learner_logprobs(learner, seqs)
+    rounds = []
+    for k in range(1, args.pushes + 1):
+        r: dict = {"awake": memory_now(), "vllm_awake": vllm_memory(engine)}
+        engine.sleep()  # the learner's phase
+        r["asleep"] = memory_now()
+        kv = r["vllm_awake"].get("kv_cache_bytes")
+        if cuda() and cfg.rollout.sleep:  # sleep drops the KV cache at either level (and the weights at level 2)
+            r["freed_bytes"] = r["awake"]["device_used_bytes"] - r["asleep"]["device_used_bytes"]
+            ctx["checks"].append((f"{prefix}: push {k}: sleep gave the device back at least 90% of the KV cache (freed "
+                                  f"{gib(r['freed_bytes'])} GiB, KV cache {gib(kv)} GiB)", kv is not None and r["freed_bytes"] >= 0.9 * kv))  # fmt: skip
+        if before_push is not None:
+            r.update(before_push(k))
+        relative = args.push_noise if sync is None else 0.0
+        perturb(learner, relative=relative, absolute=args.adapter_noise, seed=k)
+        l_new = learner_logprobs(learner, seqs)
+        learner.release_memory()
+        _, r["push_s"] = timed(lambda: push_weights(engine, learner, sync, Path(ctx["tmp"]) / f"{prefix}-run"))
+        r["pushed"] = memory_now()
+        e_new = engine_logprobs(engine, seqs)
+        again, r["generate_s"] = timed(lambda: engine.greedy(ctx["engine_prompts"], max_tokens=spec["new_tokens"], stop=[]))  # fmt: skip
+        r["rollout"] = memory_now()
+        r["vllm"] = vllm_memory(engine)
+        r["engine_moved"], r["learner_moved"], r["engine_vs_learner"] = gap(e_new, e_prev), gap(l_new, l_prev), gap(e_new, l_new)  # fmt: skip
+        r["generated_tokens"] = sum(len(c.token_ids) for c in again)
+        sync_checks(ctx, args, prefix, f"push {k}", r["engine_moved"], r["engine_vs_learner"])
+        ctx["checks"].append((f"{prefix}: push {k}: greedy generation after the push ({r['generated_tokens']} tokens)",
+                              all(len(c.token_ids) > 0 for c in again)))  # fmt: skip
+        say(f"| push {k} ({sync or 'full weights'}): push s; generate s | {r['push_s']:.2f}; {r['generate_s']:.2f} |")
+        say(f"| push {k}: learner moved; engine moved; engine vs learner (mean / max abs) | "
+            + "; ".join(f"{r[key]['mean_abs']:.2e} / {r[key]['max_abs']:.2e}" for key in ("learner_moved", "engine_moved", "engine_vs_learner")) + " |")  # fmt: skip
+        e_prev, l_prev = e_new, l_new
+        rounds.append(r)
+    return rounds
+
+
+def section_engine(ctx: dict, args: argparse.Namespace) -> dict:
+    """vLLM beside the learner, full-weight sync: generate, compare, then --pushes rounds of sleep, perturb, push, wake;
+    the plan's phases against the measured memory."""
+    engine_setup(ctx)
+    spec, shape = ctx["engine_spec"], ctx["engine_shape"]
+    overrides = engine_overrides(ctx)
+    predicted = planned(ctx, overrides)
+    r: dict = {"model_write_s": ctx["engine_model_s"], "params": shape.num_params, "plan": predicted}
+    say(f"| engine: random Qwen2 | {shape.num_params:,} params ({shape.num_layers} layers, hidden {shape.hidden_size}), "
+        f"written in {ctx['engine_model_s']:.1f} s |\n|---|---|")  # fmt: skip
+    with engine_and_learner(ctx, overrides) as (engine, learner, cfg, times):
+        s = cfg.rollout
+        r.update(times, engine_settings={"dtype": s.dtype, "cuda_graphs": s.cuda_graphs, "sleep": s.sleep, "kv_cache_gib": s.kv_cache_gib},
+                 precision=cfg.trainer.precision.value, started=memory_now(), vllm=vllm_memory(engine), facts=engine_facts(engine))  # fmt: skip
+        say(f"| learner build s; engine start s (dtype {s.dtype}, CUDA graphs {s.cuda_graphs}, sleep {s.sleep}) | "
+            f"{times['learner_build_s']:.1f}; {times['engine_start_s']:.1f} |")  # fmt: skip
+        say(f"| vLLM: model runner; CUDA graph mode; sleep level | {r['facts'].get('model_runner')}; "
+            f"{r['facts'].get('cudagraph_mode')}; {r['facts'].get('sleep_level')} |")  # fmt: skip
+        if cuda() and s.cuda_graphs:
+            ctx["checks"].append((f"engine: CUDA graphs captured (enforce_eager {r['facts'].get('enforce_eager')}, "
+                                  f"{r['facts'].get('cudagraph_mode')})", r["facts"].get("enforce_eager") is False))  # fmt: skip
+        rollout, r["generate_s"] = timed(lambda: engine.greedy(ctx["engine_prompts"], max_tokens=spec["new_tokens"], stop=[]))  # fmt: skip
+        r["first_rollout"] = memory_now()
+        seqs = [list(c.prompt_ids) + list(c.token_ids) for c in rollout]
+        r["start"] = gap(engine_logprobs(engine, seqs), learner_logprobs(learner, seqs))
+        say(f"| first greedy generate s ({len(seqs)} prompts x {spec['new_tokens']} tokens) | {r['generate_s']:.2f} |")
+        say(f"| the checkpoint: engine vs learner logprobs (mean / max abs, {r['start']['tokens']} tokens) | "
+            f"{r['start']['mean_abs']:.2e} / {r['start']['max_abs']:.2e} |")  # fmt: skip
+        sync_checks(ctx, args, "engine", "the checkpoint", None, r["start"])
+        rows = predicted["micro_batch"]["rows"] if not spec["update_rows"] else min(spec["update_rows"], predicted["micro_batch"]["rows"])  # fmt: skip
+        batch, advantages = long_tailed_batch(rows, shape.vocab_size, prompt_min=spec["max_prompt_tokens"], prompt_max=spec["max_prompt_tokens"],
+                                              response_median=spec["new_tokens"], response_sigma=0.0, response_max=spec["new_tokens"], full_rows=0)  # fmt: skip
+        options = loss_options_of(cfg)
+
+        def learner_phase(k: int) -> dict:  # the first round: the plan's micro-batch through update, as the run's phase
+            if k != 1:
+                return {}
+            learner.update(batch, advantages, batch.response_mask, None, None, options=options)  # AdamW's state appears
+            reset_peak()
+            metrics, sec = timed(lambda: learner.update(batch, advantages, batch.response_mask, None, None, options=options))  # fmt: skip
+            out = {"update": {"rows": rows, "row_tokens": spec["max_prompt_tokens"] + spec["new_tokens"], "s": sec, "finite": finite(metrics)},
+                   "learner_phase": memory_now()}  # fmt: skip
+            ctx["checks"].append(("engine: the learner's update beside the sleeping engine: finite", finite(metrics)))
+            return out
+
+        r["pushes"] = push_rounds(ctx, args, "engine", engine, learner, cfg, None, seqs, before_push=learner_phase)
+    r["phases"] = phase_table(r, predicted)
+    return r
+
+
+def loss_options_of(cfg: Any) -> Any:
+    from bench_config import loss_options
+
+    return loss_options(cfg)
+
+
+def phase_table(r: dict, predicted: dict) -> dict:
+    """rlvr plan's per-phase GiB next to what was measured: the rollout phase after the last push's generate (the
+    learner with its AdamW state, the engine awake), the learner phase over the update beside the sleeping engine."""
+    last = r["pushes"][-1] if r.get("pushes") else {}
+    first = r["pushes"][0] if r.get("pushes") else {}
+    measured = {"rollout": last.get("rollout", {}), "learner": first.get("learner_phase", {})}
+    vllm = last.get("vllm", {})
+    say("| phase | rlvr plan GiB | device used GiB | torch peak allocated GiB | host RSS GiB (peak) |\n|---|---|---|---|---|")  # fmt: skip
+    out = {}
+    for phase in ("rollout", "learner"):
+        m, p = measured[phase], predicted["phases"][phase]
+        out[phase] = {"predicted_gib": p["total_gib"], "device_used_bytes": m.get("device_used_bytes"),
+                      "peak_allocated_bytes": m.get("peak_allocated_bytes"), "rss_bytes": m.get("rss_bytes"),
+                      "rss_peak_bytes": m.get("rss_peak_bytes")}  # fmt: skip
+        used = m.get("device_used_bytes") if phase == "rollout" else m.get("peak_allocated_bytes")
+        out[phase]["ratio"] = None if used is None else used / GIB / p["total_gib"]
+        say(f"| {phase} | {p['total_gib']:.2f} | {gib(m.get('device_used_bytes'))} | {gib(m.get('peak_allocated_bytes'))} | "
+            f"{gib(m.get('rss_bytes'))} ({gib(m.get('rss_peak_bytes'))}) |")  # fmt: skip
+    rp = predicted["phases"]["rollout"]
+    out["engine_weights"] = {"predicted_gib": rp.get("engine_weights"), "vllm_bytes": vllm.get("weights_bytes")}
+    out["engine_kv_cache"] = {"predicted_gib": rp.get("engine_kv_cache"), "vllm_bytes": vllm.get("kv_cache_bytes")}
+    say(f"| vLLM's own report: weights; KV cache GiB (plan: {rp.get('engine_weights')}; {rp.get('engine_kv_cache')}) | "
+        f"{gib(vllm.get('weights_bytes'))}; {gib(vllm.get('kv_cache_bytes'))} |")  # fmt: skip
+    return out
+
+
+def section_adapters(ctx: dict, args: argparse.Namespace) -> dict:
+    """vLLM with LoRA (model.lora.sync=adapter): a learner with a rank --lora-rank adapter, --pushes adapter pushes."""
+    engine_setup(ctx)
+    spec = ctx["engine_spec"]
+    overrides = engine_overrides(ctx, f"model.lora.rank={args.lora_rank}", "model.lora.sync=adapter")
+    r: dict = {"lora_rank": args.lora_rank}
+    with engine_and_learner(ctx, overrides, lora_rank=args.lora_rank) as (engine, learner, cfg, times):
+        r.update(times, trained_params=sum(p.numel() for p in learner.trainable), started=memory_now(), vllm=vllm_memory(engine),
+                 facts=engine_facts(engine))  # fmt: skip
+        say(f"| adapters: rank {args.lora_rank}, {r['trained_params']:,} trained parameters | learner build "
+            f"{times['learner_build_s']:.1f} s; engine start {times['engine_start_s']:.1f} s |\n|---|---|")  # fmt: skip
+        rollout = engine.greedy(ctx["engine_prompts"], max_tokens=spec["new_tokens"], stop=[])
+        seqs = [list(c.prompt_ids) + list(c.token_ids) for c in rollout]
+        r["start"] = gap(engine_logprobs(engine, seqs), learner_logprobs(learner, seqs))  # a fresh adapter is the base
+        sync_checks(ctx, args, "adapters", "the base (a fresh adapter)", None, r["start"])
+        r["pushes"] = push_rounds(ctx, args, "adapters", engine, learner, cfg, "adapter", seqs)
+    return r
+
+
+def train_metrics(folder: Path) -> dict:
+    """What a run's metrics.jsonl says about its steps: each step's timing and the finite-ness of its losses."""
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [row for row in rows if row.get("step", 0) >= 1 and "timing/step_s" in row]
+    keys = ("timing/rollout_s", "timing/update_s", "timing/sync_s", "timing/step_s", "perf/tokens_per_s")
+    return {"steps": [row["step"] for row in steps], **{k: [row.get(k) for row in steps] for k in keys},
+            "finite": all(math.isfinite(v) for row in steps for k, v in row.items() if k.startswith("actor/") and isinstance(v, float)),
+            "bad_updates": sum(row.get("actor/bad_updates", 0) for row in steps)}  # fmt: skip
+
+
+def section_train(ctx: dict, args: argparse.Namespace) -> dict:
+    """--train-steps real `rlvr train` steps (a process of its own: `python -m rlvr train`) on the engine sections'
+    model, GRPO on the built-in task with small batches; its metrics.jsonl read back."""
+    import resource
+    import subprocess
+
+    if args.train_steps <= 0:
+        say("| train | skipped (--train-steps 0; with --allow-cpu that is the default: a fresh `rlvr train` process costs "
+            "~13 s of imports and start-up on 2 cores) |\n|---|---|")  # fmt: skip
+        return {"skipped": "--train-steps 0"}
+    engine_setup(ctx)
+    out = Path(ctx["tmp"]) / "train-run"
+    command = [sys.executable, "-m", "rlvr", "train", f"model.path={ctx['engine_model']}", f"trainer.max_steps={args.train_steps}",
+               f"trainer.output_dir={out}", *TRAIN_OVERRIDES]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done, sec = timed(lambda: subprocess.run(command, cwd=ctx["tmp"], env=env, capture_output=True, text=True, timeout=args.train_timeout_s))  # fmt: skip
+    r: dict = {"command": " ".join(command[1:]), "s": sec, "returncode": done.returncode,
+               "children_rss_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}  # fmt: skip
+    if done.returncode != 0:
+        say(done.stdout[-3000:] + done.stderr[-3000:])
+    metrics_file = out / "metrics.jsonl"
+    if metrics_file.exists():
+        r.update(train_metrics(out))
+    say(f"| rlvr train ({args.train_steps} steps) | exit {done.returncode} in {sec:.1f} s; step s "
+        f"{', '.join(f'{x:.2f}' for x in r.get('timing/step_s', []))}; peak RSS of children {gib(r['children_rss_peak_bytes'])} GiB |\n|---|---|")  # fmt: skip
+    ctx["checks"].append((f"train: `rlvr train` ran {args.train_steps} steps (exit {done.returncode})",
+                          done.returncode == 0 and r.get("steps") == list(range(1, args.train_steps + 1))))  # fmt: skip
+    ctx["checks"].append(("train: losses finite, no skipped update", r.get("finite", False) and r.get("bad_updates", 1) == 0))  # fmt: skip
+    return r
+
+
+ENGINE_SECTIONS: list[tuple[str, Callable[[dict, argparse.Namespace], dict]]] = [
+    ("engine", section_engine),
+    ("adapters", section_adapters),
+    ("train", section_train),
+]
+
+
+def vllm_installed() -> bool:
+    """Put back what the start-up blocked, and say whether vLLM can be imported here."""
+    import importlib.util
+
+    if sys.modules.get("vllm", 0) is None:
+        if _VLLM is None:
+            del sys.modules["vllm"]
+        else:
+            sys.modules["vllm"] = _VLLM
+    return _VLLM is not None or importlib.util.find_spec("vllm") is not None
+
+
+
 SECTIONS: list[tuple[str, Callable[[dict, argparse.Namespace], dict], bool]] = [  # (name, function, needs the update's learner)
     ("update", section_update, False),
     ("plan", section_plan, True),
@@ -600,13 +1040,15 @@ def run(args: argparse.Namespace, ctx: dict, t0: float) -> None:
     from rlvr.settings import asked
 
     transformers.utils.logging.disable_progress_bar()  # no shard-writing / weight-loading bars between the tables
+    gc.collect()
+    gc.freeze()  # the imports are never garbage: every free() between sections would scan them again (~0.3 s each)
 
     ctx["info"].update(device=torch.cuda.get_device_name() if cuda() else "CPU (--allow-cpu: tiny model and batch)",
                        torch=torch.__version__, transformers=transformers.__version__, cuda=torch.version.cuda)  # fmt: skip
     say(f"device: {ctx['info']['device']}; torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}")
     with section("setup", ctx, t0, args.budget_s) as out:
         tmp = ctx["tmp"]
-        model_path, build_s = timed(lambda: str(build_model(Path(tmp) / "model", {} if cuda() else CPU_MODEL)))
+        model_path, build_s = timed(lambda: str(build_model(Path(tmp) / "model", {**QWEN25_15B, **({} if cuda() else CPU_MODEL)})))  # fmt: skip
         ctx["model_path"] = model_path
         batch_spec = ctx["batch_spec"] = GPU_BATCH if cuda() else CPU_BATCH
         cfg, shape, s, how = resolved_settings(model_path, batch_spec)
@@ -651,6 +1093,22 @@ def run(args: argparse.Namespace, ctx: dict, t0: float) -> None:
             ctx.pop("old_logprobs", None)
             free()
     ctx.pop("learner", None)
+    free()
+    if not vllm_installed():
+        ctx["engine_skipped"] = "vllm is not installed"
+        say("\n## engine, adapters, train: skipped: vllm is not installed (the learner's sections above stand on their own)")  # fmt: skip
+        return
+    import rlvr.rollout  # noqa: F401  # (vLLM's imports: once, before the first section's clock starts)
+    import rlvr.startup  # noqa: F401
+
+    gc.collect()
+    gc.freeze()  # (vLLM's imports, likewise)
+    for name, fn in ENGINE_SECTIONS:
+        if time.perf_counter() - t0 > args.budget_s:
+            ctx["checks"].append((f"{name}: skipped, past the {args.budget_s:.0f} s budget", False))
+            continue
+        with section(name, ctx, t0, args.budget_s) as out:
+            out.update(fn(ctx, args))
 
 
 def main() -> None:
@@ -667,8 +1125,19 @@ def main() -> None:
     ap.add_argument("--numerics-rows", type=int, default=8)
     ap.add_argument("--max-abs-tol", type=float, default=0.5, help="bf16-vs-fp32 logprob: largest allowed max abs diff")
     ap.add_argument("--mean-abs-tol", type=float, default=0.05, help="bf16-vs-fp32 logprob: largest allowed mean abs diff")
+    ap.add_argument("--pushes", type=int, default=2, help="engine sections: weight (and adapter) pushes, each checked")
+    ap.add_argument("--push-noise", type=float, default=0.1, help="full-weight push: noise, relative to each weight's RMS")  # fmt: skip
+    ap.add_argument("--adapter-noise", type=float, default=0.01, help="adapter push: noise std on the adapter's weights")  # fmt: skip
+    ap.add_argument("--lora-rank", type=int, default=8)
+    ap.add_argument("--sync-mean-tol", type=float, default=0.02, help="engine vs learner logprobs: largest mean abs diff")  # fmt: skip
+    ap.add_argument("--sync-max-tol", type=float, default=0.3, help="engine vs learner logprobs: largest max abs diff")
+    ap.add_argument("--moved-factor", type=float, default=5.0, help="a push must move the engine's logprobs by this x the mismatch")  # fmt: skip
+    ap.add_argument("--train-steps", type=int, default=None, help="real `rlvr train` steps (default: 2; 0 with --allow-cpu)")  # fmt: skip
+    ap.add_argument("--train-timeout-s", type=float, default=240.0)
     ap.add_argument("--budget-s", type=float, default=420.0, help="skip the sections left after this many seconds")
     args = ap.parse_args()
+    if args.train_steps is None:
+        args.train_steps = 0 if args.allow_cpu and not cuda() else 2
     t0 = time.perf_counter()
     ctx: dict = {"checks": [], "results": {}, "info": {"torch": torch.__version__}}
     if not cuda() and not args.allow_cpu:
@@ -686,6 +1155,7 @@ def main() -> None:
             ctx["checks"].append((f"ran to the end ({type(e).__name__}: {e})", False))
         finally:
             ctx.pop("learner", None)
+            gc.unfreeze()  # (run() froze the imports: without this, extensions report them as leaked at exit)
             free()
             with contextlib.suppress(Exception):
                 from rlvr import distributed
@@ -703,6 +1173,7 @@ def main() -> None:
     say(f"{verdict}: gpu_check on {'CUDA' if cuda() else 'CPU'} in {elapsed:.0f} s")
     res = ctx["results"]
     update, head, life, plan, num = (res.get(k, {}) for k in ("update", "head", "lifecycle", "plan", "numerics"))
+    engine, adapters, train = (res.get(k, {}) for k in ("engine", "adapters", "train"))
     summary = {
         "pass": not failed,
         "failed": failed,
@@ -726,6 +1197,16 @@ def main() -> None:
         "plan_ratio_awake_budget": life.get("awake_budget_plan_ratio"),
         "numerics_max_abs": num.get("max_abs"),
         "numerics_mean_abs": num.get("mean_abs"),
+        "engine_checked": "engine" in res and "error" not in engine,
+        "engine_skipped": ctx.get("engine_skipped"),
+        "engine_start_s": engine.get("engine_start_s"),
+        "engine_start_gap": engine.get("start"),
+        "engine_push_gaps": [p["engine_vs_learner"] for p in engine.get("pushes", [])],
+        "engine_push_moved": [p["engine_moved"] for p in engine.get("pushes", [])],
+        "adapter_push_gaps": [p["engine_vs_learner"] for p in adapters.get("pushes", [])],
+        "adapter_push_moved": [p["engine_moved"] for p in adapters.get("pushes", [])],
+        "engine_phases": engine.get("phases"),
+        "train_step_s": train.get("timing/step_s"),
         "sections": res,
     }
     sys.stdout.flush()
