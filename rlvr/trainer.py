@@ -75,8 +75,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             minibatches = math.ceil(num_groups / a.prompts_per_minibatch)
             evaluating = step == t.max_steps or bool(t.eval_every and step % t.eval_every == 0)
             several = minibatches * a.epochs > 1
-            # (a LoRA adapter in the engine is checked the same way at evaluations: nothing else would see a push that
-            # did not take)
+            # (with a LoRA adapter in the engine too: its gap on real rollouts, beside the push's probe check)
             check = (run.from_engine or sync == "adapter") and evaluating
             learner_old = learner.logprobs(batch) if (several and not run.from_engine) or check else None  # [N, T]
             if learner_old is not None:
