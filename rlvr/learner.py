@@ -264,7 +264,10 @@ class Learner:
         row = Completion(prompt_ids=ids[:1], token_ids=ids[1:], text="", finish_reason="length", engine_logprobs=[])
         n = self.world_size
         batch = RolloutBatch.from_completions([row] * n, [0.0] * n, [False] * n, pad_id=0)
-        return self.logprobs(batch, temperature=1.0)[0]
+        logprobs = self.logprobs(batch, temperature=1.0)[0]
+        if self.sharded:  # FSDP2 keeps the root's embedding and head gathered after a forward: not beside the awake engine
+            sharding.reshard(self.model)
+        return logprobs
 
     def update(
         self,
@@ -385,12 +388,17 @@ class Learner:
         """
         dtype = self.export_dtype()
         named = self.named_weights(dtype)
+        failed: Exception | None = None
         if self.rank == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-            sharding.write_safetensors(named, folder, max_shard_bytes=max_shard_bytes)
-        else:
-            for _ in named:  # every rank takes part in each gather; rank 0 alone writes
-                pass
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                sharding.write_safetensors(named, folder, max_shard_bytes=max_shard_bytes)
+            except OSError as e:  # (a full disk): the other ranks are in the gathers, waiting for this one
+                failed = e
+        for _ in named:  # every rank takes part in each gather; rank 0 alone writes (the rest, after a failed write)
+            pass
+        if distributed.any_true(failed is not None):  # every rank stops, none waits in a collective
+            raise failed or RuntimeError(f"saving {folder} failed on rank 0")
         adapter = self.save_adapter(folder / lora.ADAPTER_FOLDER) if self.lora else None
         if self.rank == 0:
             base = self.model.get_base_model() if adapter is not None else self.model  # type: ignore[operator]

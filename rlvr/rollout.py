@@ -222,6 +222,7 @@ class Engine:
         )
         if not torch.cuda.is_available():
             self.llm.collective_rpc(_repack_cpu_embeddings)
+        self.memory.filled()  # (not before: a reload that raised leaves a level-2 engine unfit to wake)
         self.memory.wake("kv_cache")
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
 
@@ -280,6 +281,7 @@ class Memory:
         self.enabled = enabled
         self.level = level if enabled else 0  # what settings.json records (0: the engine never sleeps)
         self.asleep: set[str] = set()
+        self.unfilled = False  # level 2: weights woken, not yet written by a push
 
     def sleep(self) -> None:
         if self.enabled and not self.asleep:
@@ -289,13 +291,18 @@ class Memory:
     def wake(self, tag: str | None = None) -> None:
         """Wake `tag` (or whatever sleeps). wake() with weights dropped by level 2 is an error: only a push
         (Engine.load_weights: wake("weights"), then every weight written) may bring them back."""
-        if tag is None and self.level == 2 and "weights" in self.asleep:
+        if tag is None and self.level == 2 and ("weights" in self.asleep or self.unfilled):
             raise RuntimeError("the engine's weights were dropped by its level-2 sleep and no push has refilled them: "
                                "it would sample from freed memory (push the learner's weights first)")  # fmt: skip
         tags = [t for t in self.TAGS if t in self.asleep and tag in (None, t)]
         if tags:
             self.llm.wake_up(tags=tags)  # type: ignore[attr-defined]
             self.asleep -= set(tags)
+            self.unfilled = self.unfilled or (self.level == 2 and "weights" in tags)
+
+    def filled(self) -> None:
+        """A push has written every weight (Engine.load_weights, after vLLM's reload returned)."""
+        self.unfilled = False
 
 
 def _repack_cpu_embeddings(worker) -> None:  # type: ignore[no-untyped-def]

@@ -5,21 +5,26 @@ previous step's weights sent again) leaves the engine sampling from a policy the
 else shows it until the metrics drift. So after every push both score one fixed probe: a token sequence (the first
 prompts of the data, up to PROBE_TOKENS and within the engine's context) whose logprobs the engine computes as prompt
 logprobs (rlvr.rollout.Engine.prompt_logprobs: its weights and its adapter, temperature 1) and the learner by its own
-forward (rlvr.learner.Learner.sequence_logprobs). A prefill of ~100 tokens and one short forward: ~1% of a step on
-the built-in model on 2 CPU cores (docs/measured/main_job.md).
+forward (rlvr.learner.Learner.sequence_logprobs). One prefill and one short forward: 0.9% of a step on the built-in
+model on 2 CPU cores (docs/measured/weight_sync.md).
 
-The two need not agree exactly (a bf16 engine beside an fp32 learner, other kernels). What they may differ by is
-measured at start-up, where both hold the same weights (model.path's; with model.lora.init, after the starting
-adapter's push): the baseline, the mean |gap| over the probe's tokens. After a push the mean gap must stay within
-max(FACTOR x baseline, FLOOR), and the engine must not compute bit for bit what it did before the push while the
-learner's logprobs moved (an update too small to pass the tolerance still changes them: a stale engine is seen at the
-first push that did not take, bf16 or not). Either way the run stops (SyncError) before any step trains on the
-engine's rollouts. A baseline past START_LIMIT stops the run at start-up: the engine and the learner disagree before
-any training.
+Two rules stop the run (SyncError, exit status 4) before any step trains on the engine's rollouts:
+- the gap: the mean |engine - learner| over the probe's tokens past max(FACTOR x baseline, FLOOR), where the
+  baseline is that gap at start-up, when both hold the same weights (model.path's; with model.lora.init, after the
+  starting adapter's push). Kernel noise sets it: ~1e-6 nats with fp32 on both sides, 0.066 with bf16 on SmolLM2, so
+  under bf16 this rule sees garbage weights and large drifts, not one small stale update. A non-finite gap always
+  fails; a start-up baseline past START_LIMIT (or not finite) stops the run at start-up.
+- a revisit: the engine computes bit for bit what it computed at an earlier check (a prefill of the same weights is
+  deterministic) while the learner's logprobs differ from what they were then: the engine went back to weights it
+  held before (a push dropped, the previous weights again, an adapter no longer applied: the base of start-up),
+  however small the update. A push that left the engine between two policies (part of the weights) is seen by the
+  gap rule alone.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import time
 from collections.abc import Sequence
 
@@ -54,15 +59,17 @@ def probe_ids(prompts: Sequence[Sequence[int]], max_len: int) -> list[int]:
 
 
 class SyncCheck:
-    """The probe, the start-up baseline, and both sides' probe logprobs at the last check."""
+    """The probe, the start-up baseline, the learner's probe logprobs at the last check, and a fingerprint of both
+    sides' at every check (the revisit rule)."""
 
     def __init__(self, engine, learner, probe: list[int]) -> None:  # type: ignore[no-untyped-def]
         """Measure the baseline: `engine` and `learner` must hold the same policy now. SyncError if they disagree."""
         self.engine, self.learner, self.probe = engine, learner, probe
         self.last = learner.sequence_logprobs(probe).double()  # [P - 1] the learner's, at the last check
-        self.last_engine = self._engine_logprobs()  # [P - 1] the engine's
-        self.baseline = self._gap(self.last_engine, self.last)[0]
-        if self.baseline > START_LIMIT:
+        engine_logprobs = self._engine_logprobs()  # [P - 1]
+        self.seen = {_fingerprint(engine_logprobs): (_fingerprint(self.last), "start-up")}  # engine's -> learner's, where
+        self.baseline = self._gap(engine_logprobs, self.last)[0]
+        if not self.baseline <= START_LIMIT:  # (NaN included)
             raise SyncError(
                 f"at start-up, before any training, the engine's logprobs differ from the learner's by {self.baseline:.3g} "
                 f"nats a token on average (> {START_LIMIT:g}) on a probe of {len(probe)} tokens of the data: they do not "
@@ -75,26 +82,31 @@ class SyncCheck:
         return torch.tensor(self.engine.prompt_logprobs(self.probe), dtype=torch.float64)  # [P - 1]
 
     def _gap(self, engine: torch.Tensor, learner: torch.Tensor) -> tuple[float, float]:
-        """Mean and max |engine - learner| over the probe's tokens, the largest over the ranks (each has its engine)."""
-        diff = (engine - learner).abs()  # [P - 1]
+        """Mean and max |engine - learner| over the probe's tokens, the largest over the ranks (each has its engine); a
+        NaN counts as infinitely far (a MAX reduction need not keep a NaN)."""
+        diff = torch.nan_to_num((engine - learner).abs(), nan=math.inf)  # [P - 1]
         mean, peak = distributed.all_reduce_max(torch.stack([diff.mean(), diff.max()])).tolist()
         return mean, peak
 
     def after_push(self, where: str) -> dict[str, float]:
-        """Check the engine against the learner after a push (`where`: "step 5", for the message); the sync/* metrics
-        and timing/sync_check_s. A collective. SyncError when the mean gap passes the tolerance, or when the engine
-        computes bit for bit what it did at the last check while the learner's logprobs moved (the same weights give
-        the same prefill: a push that did not take, seen however small the update; a bf16 engine whose weights no
-        update changed would need every weight's move to stay within its rounding)."""
+        """Check the engine against the learner after a push (`where`: "step 5", for the messages); the sync/* metrics
+        and timing/sync_check_s. A collective. SyncError by either rule of the module docstring."""
         start = time.perf_counter()
         learner, engine = self.learner.sequence_logprobs(self.probe).double(), self._engine_logprobs()  # [P - 1] each
         moved = float((learner - self.last).abs().mean())  # how far this push had to move the engine
-        frozen = distributed.any_true(torch.equal(engine, self.last_engine) and not torch.equal(learner, self.last))
-        previous, self.last, self.last_engine = self.last, learner, engine
+        before = self.seen.get(_fingerprint(engine))  # (the learner's fingerprint, where) if the engine was here before
+        revisit = before is not None and before[0] != _fingerprint(learner)
+        back_to = before[1] if before is not None and revisit else None  # (this rank's engine: the one its message names)
+        revisited = distributed.any_true(revisit)
+        previous, self.last = self.last, learner
+        self.seen[_fingerprint(engine)] = (_fingerprint(learner), where)
         gap, peak = self._gap(engine, learner)
-        if gap > self.tolerance or frozen:
-            stale = frozen or self._gap(engine, previous)[0] <= self.tolerance < moved  # (collectives: every rank is here)
-            said = "It still computes the policy from before this push: the push did not take. " if stale else ""
+        if not gap <= self.tolerance or revisited:
+            stale = revisited or self._gap(engine, previous)[0] <= self.tolerance < moved  # (collectives: every rank)
+            said = ""
+            if stale:
+                said = (f"It computes bit for bit what it computed at the {back_to} check: " if back_to else
+                        "It still computes the policy from before this push: ") + "the push did not take. "  # fmt: skip
             raise SyncError(
                 f"{where}: after the weight push the engine's logprobs differ from the learner's by {gap:.3g} nats a token "
                 f"on average (max {peak:.3g}) on a probe of {len(self.probe)} tokens of the data, where the update moved "
@@ -104,3 +116,8 @@ class SyncCheck:
                 "(trainer.resume=auto pushes the weights into a new engine)."
             )
         return {"sync/gap": gap, "sync/gap_max": peak, "sync/moved": moved, "timing/sync_check_s": time.perf_counter() - start}
+
+
+def _fingerprint(logprobs: torch.Tensor) -> bytes:
+    """The logprobs' exact bits, hashed (a check's record costs 20 bytes, however long the run)."""
+    return hashlib.sha1(logprobs.numpy().tobytes()).digest()

@@ -4,7 +4,7 @@ in the way RLVR_FAULT names: the input of rlvr.sync_check's tests. Everything el
   dropped    the push never reaches the engine
   previous   the engine is given the previous push's weights again
   asleep     the engine sleeps as level 2 does (every weight dropped: here zeroed, through a stand-in for vLLM's sleep,
-             which vLLM has not on CPU), and at the fault step wakes without the reload writing its weights
+             which vLLM has not on CPU), and at the fault step wakes through a push whose reload writes no weight
   adapter    (model.lora.sync=adapter) the adapter is written and loaded, but generation runs without it
 """
 
@@ -33,8 +33,7 @@ def faulty_push(run: startup.Run, where: str) -> dict[str, float]:
     if FAULT == "previous":
         run.engine.load_weights(iter(_last_pushed))
     elif FAULT == "asleep":
-        run.engine.memory.wake("weights")
-        run.engine.memory.wake("kv_cache")  # awake, and no weight written
+        run.engine.load_weights(iter([]))  # woken, and the reload wrote no weight (vLLM's issue #29341's outcome)
     elif FAULT == "adapter":
         startup.push_weights(run.engine, run.learner, run.sync, run.out)
         run.engine.adapter = None

@@ -58,6 +58,9 @@ def _worker(rank: int, world_size: int, port: int, tmp: str, shard: bool | None,
         learner.sync_every_micro_batch = sync_every  # the GPU's reduce-scatter after every micro-batch, on CPU
         if spec is not None and kl_coef > 0:
             _check_lora_reference_and_state(spec, learner, batch, adv, Path(tmp) / f"lora-state-{world_size}")
+        if learner.sharded:  # the sync probe's forward (the engine awake beside it) leaves the policy's root resharded
+            learner.sequence_logprobs(batch.input_ids[0, :6].tolist())
+            assert all(isinstance(p, DTensor) for p in learner.model.parameters())
         g = torch.Generator().manual_seed(1)
         noise = torch.randn(batch.response_mask.shape, generator=g, dtype=torch.float64)
         old = learner.logprobs(batch) + 0.1 * noise  # [N, T] off-policy, so the clip is exercised

@@ -125,3 +125,8 @@ def test_weights_dropped_by_level_2_are_never_woken_without_a_push() -> None:
     with pytest.raises(RuntimeError, match="dropped by its level-2 sleep and no push has refilled them"):
         engine.generate([(1,)], n=1, max_tokens=2, temperature=0.0, top_p=1.0, seeds=None, stop=[])
     assert llm.calls == [("sleep", 2)]
+    llm.collective_rpc = lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("reload failed"))  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="reload failed"):
+        engine.load_weights(iter([]))  # woke the weights, then the reload raised: they hold nothing yet
+    with pytest.raises(RuntimeError, match="no push has refilled them"):
+        engine.generate([(1,)], n=1, max_tokens=2, temperature=0.0, top_p=1.0, seeds=None, stop=[])

@@ -92,6 +92,30 @@ def test_an_engine_unchanged_bit_for_bit_stops_the_run_however_small_the_update(
     assert check.after_push("step 4")["sync/gap"] == pytest.approx(0.050025, abs=1e-6)  # (fp32 inputs)
 
 
+def test_an_engine_back_at_an_earlier_check_bit_for_bit_stops_the_run_naming_it() -> None:
+    """An adapter that stops being applied after good pushes takes a bf16 engine back to the base: within the gap's
+    tolerance, but bit for bit what it computed at start-up, while the learner is elsewhere."""
+    base = [-1.05, -2.05, -3.05, -4.05]
+    engine, learner = FakeEngine(base), FakeLearner([-1.0, -2.0, -3.0, -4.0])
+    check = SyncCheck(engine, learner, [0] * 5)  # tolerance 0.2
+    learner.logprobs, engine.logprobs = [-1.0, -2.0, -3.0, -4.01], [-1.05, -2.05, -3.05, -4.0601]
+    check.after_push("step 1")  # the adapter applied
+    learner.logprobs, engine.logprobs = [-1.0, -2.0, -3.0, -4.02], base  # not applied: the base again
+    with pytest.raises(SyncError, match="It computes bit for bit what it computed at the start-up check: the push did not take"):
+        check.after_push("step 2")
+
+
+def test_non_finite_logprobs_always_stop_the_run() -> None:
+    """An engine woken on freed memory can compute NaN: never within a tolerance (a comparison with NaN is false)."""
+    engine, learner = FakeEngine([-1.0, -2.0]), FakeLearner([-1.0, -2.0])
+    check = SyncCheck(engine, learner, [0] * 3)
+    learner.logprobs, engine.logprobs = [-1.1, -2.0], [float("nan"), -2.0]
+    with pytest.raises(SyncError, match="step 1: .* by inf nats"):
+        check.after_push("step 1")
+    with pytest.raises(SyncError, match="at start-up, before any training"):
+        SyncCheck(FakeEngine([float("nan"), -2.0]), FakeLearner([-1.0, -2.0]), [0] * 3)
+
+
 def test_an_engine_that_computes_something_else_stops_the_run_without_blaming_a_stale_push() -> None:
     engine, learner = FakeEngine([-1.0, -2.0, -3.0, -4.0]), FakeLearner([-1.0, -2.0, -3.0, -4.0])
     check = SyncCheck(engine, learner, [0] * 5)
@@ -114,8 +138,8 @@ def test_an_engine_and_learner_that_disagree_at_start_up_stop_the_run_there() ->
         ("dropped", 2, [], "the push did not take"),
         ("previous", 2, ["trainer.tf32=true"], "the push did not take"),  # (and TF32 as asked, after vLLM's "highest")
         ("asleep", 3, [], ""),  # step 2's sleep zeroed the weights and its full push refilled them: it passed
-        # without its adapter the engine computes the base: neither policy the learner had
-        ("adapter", 2, ["model.lora.rank=8", "model.lora.sync=adapter", "trainer.lr=1e-2"], ""),
+        # without its adapter the engine computes the base, bit for bit as at start-up
+        ("adapter", 2, ["model.lora.rank=8", "model.lora.sync=adapter", "trainer.lr=1e-2"], "at the start-up check: the push did not take"),
     ],
 )
 def test_a_push_fault_stops_the_run_at_its_step_keeping_what_was_written(tmp_path, fault, step, extra, why) -> None:
