@@ -32,7 +32,7 @@ ELSEWHERE = {
     "mutation.py": "make mutation: mutmut over the pure core, ~16 minutes; it has no smoke size",
 }
 TESTED_HERE = {"bench_main_job.py", "bench_learner.py", "bench_verifiers.py", "bench_code.py", "bench_real_model.py",
-               "bench_peer_trl.py", "measure_memory.py", "build_tiny_model.py", "make_sums.py"}  # fmt: skip
+               "bench_peer_trl.py", "measure_memory.py", "build_tiny_model.py", "make_sums.py", "bench_push.py"}  # fmt: skip
 
 
 def run_script(name: str, *args: str, cwd: Path, timeout: float = 240) -> dict:
@@ -65,6 +65,15 @@ def test_scripts_build_learners_as_rlvr_train_does():
         assert not re.search(r"\bLearner\(", text), f"{path.name} calls Learner(...): use bench_config.build_learner"
         assert "loss_kwargs" not in text and "LOSS_KWARGS" not in text, f"{path.name}: use bench_config.loss_options"
         assert "LossOptions(" not in text, f"{path.name} builds LossOptions by hand: use bench_config.loss_options"
+
+
+@pytest.mark.slow  # (~15 s: two torchrun launches)
+def test_bench_push_smoke(tmp_path):
+    """scripts/bench_push.py on the built-in model, 2 gloo ranks, one push each way: the per-unit gather takes fewer
+    all-gathers than the per-parameter one (5 against 36: the root and 4 layers, against every sharded parameter)."""
+    out = run_script("bench_push.py", "--models", "tiny", "--pushes", "1", "--json", cwd=tmp_path)["tiny"]
+    assert out["world"] == 2 and (out["unit_gathers"], out["unit_bf16_gathers"], out["per_parameter_gathers"]) == (5, 5, 36)
+    assert positive(out["unit_s"]) and positive(out["unit_bf16_s"]) and positive(out["per_parameter_s"])
 
 
 @pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
