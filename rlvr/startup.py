@@ -1,10 +1,13 @@
 """Start-up: everything a run needs, built and checked in one place. `start(cfg)` returns a `Run` that owns the parts
 (learner, engine, rewarder, prompt stream, metrics logger, clock, round sizer, held-out set, weight-sync mode, the
-counters a checkpoint carries, the stop signal, the loss options); rlvr.trainer's loop runs over it and closes it.
+counters a checkpoint carries, the stop signal, the loss options, the sync check); rlvr.trainer's loop runs over it
+and closes it.
 
 The order is the run's contract: the checks that need no model come first (output folder, resume point, device
 settings, data, reward functions, the verifier on the gold answers), then the learner, the engine (which re-seeds the
-global RNGs), the seeding, the resume, the logger and the step-0 evaluation.
+global RNGs and resets torch's float32 matmul precision), the sync check's baseline (rlvr.sync_check: engine and
+learner hold the same weights there), the seeding, the resume (its push checked), the logger and the step-0
+evaluation.
 """
 
 from __future__ import annotations
