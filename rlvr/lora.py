@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from rlvr.config import ConfigError, LoraSync
+from rlvr import settings
+from rlvr.config import ConfigError
 
 ADAPTER = "default"  # peft's name for the one adapter
 ADAPTER_FOLDER = "adapter"  # beside the merged model in every saved model folder
@@ -58,12 +59,9 @@ class LoraSpec:
 def sync_mode(cfg: Any) -> str | None:
     """How the engine follows the adapter: "merged" | "adapter" (None without LoRA). auto: merged where the engine
     computes in float32 (its merged weights then equal the learner's up to float32 rounding), else adapter."""
-    lora = cfg.model.lora
-    if lora.rank == 0:
+    if cfg.model.lora.rank == 0:
         return None
-    if lora.sync is LoraSync.auto:
-        return "merged" if cfg.rollout.dtype in ("float32", "float") else "adapter"
-    return str(lora.sync.value)
+    return "adapter" if settings.adapter_sync(cfg, cfg.rollout.dtype) else "merged"
 
 
 def check_init(cfg: Any) -> None:

@@ -320,7 +320,7 @@ def engine_memory(
     """Bytes one engine rank holds awake, by what holds them (vLLM's v1 GPU worker, read in its source):
 
     weights       the model in the engine's dtype, split over tensor-parallel ranks.
-    lora          model.lora.sync=adapter (`lora_rank`: the engine's max_lora_rank, rlvr.rollout.engine_lora_rank):
+    lora          model.lora.sync=adapter (`lora_rank`: the engine's max_lora_rank, rlvr.settings.engine_lora_rank):
                   each adapted linear layer's slots, lora_a [max_loras, 1, r, in] and lora_b [max_loras, 1, out, r]
                   in the engine's dtype (vllm/lora/layers/base_linear.py create_lora_weights): max_loras x r x (in +
                   out) of q, k, v, o, gate, up, down per layer = max_loras x ModelShape.lora_params(r) x bytes.

@@ -27,8 +27,9 @@ from vllm.lora.request import LoRARequest  # noqa: E402
 from vllm.v1.engine.detokenizer import INVALID_PREFIX_ERR_MSG, uses_fast_detokenizer  # noqa: E402
 
 from rlvr import distributed  # noqa: E402
-from rlvr.config import Config, ConfigError  # noqa: E402
-from rlvr.memory import VLLM_LORA_RANKS  # noqa: E402
+from rlvr.config import Config  # noqa: E402
+from rlvr.memory import sleep_level  # noqa: E402
+from rlvr.settings import engine_lora_rank  # noqa: E402
 from rlvr.types import Completion  # noqa: E402
 
 
@@ -108,7 +109,7 @@ class Engine:
             **kv_bytes,  # type: ignore[arg-type]
             **adapters,  # type: ignore[arg-type]
         )
-        self.memory = Memory(self.llm, enabled=sleep, level=sleep_level(adapter=bool(lora_rank)))
+        self.memory = Memory(self.llm, enabled=sleep, level=sleep_level(sleep=sleep, adapter_sync=bool(lora_rank)))
         self.tokenizer = self.llm.get_tokenizer()
         self._decodes_texts = uses_fast_detokenizer(self.tokenizer)  # else vLLM's (slow) detokenizer always runs
         # vLLM's sampler wraps two small ops in torch.compile (the sampled token's rank, for logprobs; a seedless
@@ -245,20 +246,6 @@ class Engine:
         """Shut the engine down now (it also tears down vLLM's process groups: call before leaving the run's)."""
         self.llm.llm_engine.engine_core.shutdown()
 
-
-
-def engine_lora_rank(rank: int) -> int:
-    """vLLM's max_lora_rank for an adapter of `rank`: the smallest it allows that holds it (it zero-pads the rest)."""
-    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
-    if not fits:
-        raise ConfigError(f"model.lora.rank={rank}: vLLM takes adapters up to rank {VLLM_LORA_RANKS[-1]}; use model.lora.sync=merged or a smaller rank")
-    return fits[0]
-
-
-def sleep_level(*, adapter: bool) -> int:
-    """vLLM's sleep level for the engine: 2 (drop the weights) where every push replaces all of them, 1 (copy them to
-    host memory and back) where pushes are LoRA adapters over a base that must survive the sleep."""
-    return 1 if adapter else 2
 
 
 class Memory:

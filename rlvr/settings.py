@@ -253,11 +253,17 @@ def adapter_sync(cfg: Any, engine_dtype: str) -> bool:
 
 
 def engine_adapter_rank(cfg: Any, engine_dtype: str) -> int:
-    """The engine's max_lora_rank (rlvr.rollout.engine_lora_rank: the smallest rank vLLM allows that holds the
-    adapter's) when it takes the adapter as one, else 0."""
-    if not adapter_sync(cfg, engine_dtype):
-        return 0
-    return next((r for r in VLLM_LORA_RANKS if r >= cfg.model.lora.rank), cfg.model.lora.rank)
+    """The engine's max_lora_rank (engine_lora_rank: the smallest rank vLLM allows that holds the adapter's) when it
+    takes the adapter as one, else 0."""
+    return engine_lora_rank(cfg.model.lora.rank) if adapter_sync(cfg, engine_dtype) else 0
+
+
+def engine_lora_rank(rank: int) -> int:
+    """vLLM's max_lora_rank for an adapter of `rank`: the smallest it allows that holds it (it zero-pads the rest)."""
+    fits = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise ConfigError(f"model.lora.rank={rank}: vLLM takes adapters up to rank {VLLM_LORA_RANKS[-1]}; use model.lora.sync=merged or a smaller rank")
+    return fits[0]
 
 
 def max_num_seqs_rule(cfg: Any, device: DeviceSpec, *, world_size: int) -> int:

@@ -30,7 +30,7 @@ from rlvr.learner import Learner, loss_options
 from rlvr.metrics import MetricsLogger
 from rlvr.models import is_builtin, resolve_model_path
 from rlvr.rewards import Rewarder
-from rlvr.rollout import Engine, engine_lora_rank
+from rlvr.rollout import Engine
 from rlvr.run_state import RunClock, StopSignal, fresh_counters, restore
 from rlvr.sync_check import SyncCheck, probe_ids
 from rlvr.types import Example
@@ -129,7 +129,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
     sync = run.sync = lora.sync_mode(cfg)  # LoRA: how the engine follows the adapter; needs the resolved dtype
     adapter_rank = cfg.model.lora.rank if sync == "adapter" else 0
     if adapter_rank:
-        engine_lora_rank(adapter_rank)  # vLLM's limit on adapter ranks: a ConfigError now, before any model loads
+        settings.engine_lora_rank(adapter_rank)  # vLLM's limit on adapter ranks: a ConfigError now, before any model loads
     torch.set_num_threads(t.torch_threads)  # the engine and the learner take turns on the same cores
     # the token ids the engine and learner will see
     loaded = prompts.load(cfg, model_path, verbose=distributed.is_main())

@@ -198,7 +198,7 @@ def test_engine_samples_from_the_pushed_adapter(sync, tmp_path):
 
 
 def test_engine_lora_rank_is_one_vllm_allows():
-    from rlvr.rollout import engine_lora_rank
+    from rlvr.settings import engine_lora_rank
 
     assert [engine_lora_rank(r) for r in (1, 2, 8, 9, 33, 320, 512)] == [1, 8, 8, 16, 64, 320, 512]
     with pytest.raises(ConfigError, match="up to rank 512"):

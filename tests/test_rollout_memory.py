@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rlvr.rollout import Engine, Memory, sleep_level
+from rlvr.rollout import Engine, Memory
 
 
 class FakeLLM:
@@ -108,8 +108,8 @@ def test_an_adapter_push_wakes_the_engine_and_replaces_the_adapter_under_a_new_i
 
 def test_full_weight_pushes_sleep_at_level_2_and_adapters_at_level_1() -> None:
     """Level 2 drops the weights (every full push replaces them all: no host copy out and back); an adapter push
-    leaves the base in place, so its engine keeps the weights through the sleep (level 1)."""
-    assert (sleep_level(adapter=False), sleep_level(adapter=True)) == (2, 1)
+    leaves the base in place, so its engine keeps the weights through the sleep (level 1: rlvr.memory.sleep_level, which
+    the engine and the plan share, tests/test_memory.py)."""
     engine, llm = fake_engine(enabled=True, level=2)
     engine.sleep()
     engine.load_weights(iter([]))
