@@ -9,7 +9,9 @@ same function on a described GPU, so the plan and the run cannot disagree. No to
     setting                          CUDA                                        CPU
     trainer.precision                bf16 (fp32 master weights; fp32 before     bf16 with AVX512-BF16 or AMX, else fp32
                                      compute capability 8.0)
-    rollout.dtype                    bfloat16 (float16 before 8.0)              float32 (the engine's logprobs = the learner's)
+    rollout.dtype                    bfloat16 (float16 before 8.0)              float32 (an fp32 learner's logprobs
+                                                                                exactly; beside a bf16 learner closer
+                                                                                than a bf16 engine: weight_sync.md)
     (what a push sends)              the weights the learner computes with, in the engine's dtype (push_rule): under a
                                      bf16 learner the masters rounded to bf16 (an fp32 engine gets them widened, and
                                      start-up pushes them once: the engine's own load would hold the unrounded masters);

@@ -19,6 +19,9 @@ Two rules stop the run (SyncError, exit status 4) before any step trains on the 
   held before (a push dropped, the previous weights again, an adapter no longer applied: the base of start-up),
   however small the update. A push that left the engine between two policies (part of the weights) is seen by the
   gap rule alone.
+The message tells the two apart: a revisit is a push that did not take; an engine whose logprobs moved but that
+disagrees got the push and computes another policy from it (the settings that decide what each side computes are
+named: trainer.precision, rollout.dtype and what a push sends, rlvr.settings.push_rule), or got part of the weights.
 """
 
 from __future__ import annotations
