@@ -369,6 +369,25 @@ class Learner:
         for name, tensor in named:
             yield name, tensor if dtype is None else tensor.to(dtype)
 
+    @torch.no_grad()
+    def pushed_weights(self, dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+        """What a push sends the engine (`dtype`: its rollout.dtype): the weights this learner's forward computes with
+        (rlvr.settings.push_rounding), in checkpoint names. Under bf16 compute the master weights rounded to bf16, as
+        autocast's casts and FSDP2's bf16 gathers round them, then widened to a wider engine's dtype: an fp32 engine
+        holding the unrounded masters computes another policy, and an update that barely moves the masters flips every
+        weight on a bf16 rounding midpoint by a whole unit in the learner alone (8% of the packaged SmolLM2's weights
+        sit on one). Gathered in bf16 (the rounding is the gather's cast). Otherwise named_weights(dtype); with LoRA
+        too (its base is stored in the compute dtype already, and the learner adds the adapter's product unrounded)."""
+        rounding = settings.push_rounding(self.precision, lora=self.lora is not None)
+        if rounding is None:
+            yield from self.named_weights(dtype)
+            return
+        wire = getattr(torch, rounding)
+        out = wire if dtype is None or dtype.itemsize <= wire.itemsize else dtype
+        for unit in sharding.gathered_units(self.model, self.device, wire):
+            for name, tensor in unit.items():
+                yield name, tensor.to(wire).to(out)  # (a gathered shard is in `wire` already; the plain module's are not)
+
     def export_dtype(self) -> torch.dtype:
         """The dtype of the exported folder: the model's published one (its config.json), so that a bf16 model comes
         back bf16 and not twice its size; the master weights' where the config names none, or where the run asked for

@@ -181,6 +181,7 @@ def plan(
                                                                  tensor_parallel_size=r.tensor_parallel_size)[0],
             "round_rows": settings.round_rows(cfg, gpus),
             "sleep_level": level,
+            "push": settings.push_rule(s, lora_rank=cfg.model.lora.rank),
         },  # fmt: skip
         "host": {"ranks_per_node": per_node, **{k: _gib(v) for k, v in host.items()}},
         "host_gib_per_node": _gib(sum(host.values())),
@@ -274,6 +275,8 @@ def describe(result: dict[str, Any], cfg: Config, shape: ModelShape) -> str:
         + (f"LoRA rank {cfg.model.lora.rank} ({shape.lora_params(cfg.model.lora.rank) / 1e6:.1f}M adapter parameters)"
            if cfg.model.lora.rank else "full fine-tuning"),
         "settings: " + ", ".join(s.lines(settings.asked(cfg))),
+        f"push: the learner computes in {result['engine']['push']['learner_compute']}; the engine gets the "
+        f"{result['engine']['push']['pushed']}",
         f"micro-batch: {mb['tokens']:,} padded tokens ({mb['rows']} rows of {mb['row_tokens']:,}{assumed})",
         f"per GPU, of {result['usable_gib']:.1f} GiB usable ({memory.USABLE_FRACTION:.0%}):",
     ]

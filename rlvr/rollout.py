@@ -83,7 +83,7 @@ class Engine:
         # model.lora.sync=adapter: the policy is the base plus one LoRA adapter, replaced at every push (load_adapter)
         adapters = dict(enable_lora=True, max_lora_rank=engine_lora_rank(lora_rank), max_loras=1, max_cpu_loras=1) if lora_rank else {}
         self.adapter: LoRARequest | None = None
-        # what its weights are stored in: a push sends them so (Learner.named_weights), None where vLLM chooses (auto)
+        # what its weights are stored in: a push sends them so (Learner.pushed_weights), None where vLLM chooses (auto)
         self.dtype: torch.dtype | None = getattr(torch, dtype) if dtype != "auto" else None
         gc.collect()
         gc.freeze()

@@ -9,7 +9,13 @@ same function on a described GPU, so the plan and the run cannot disagree. No to
     setting                          CUDA                                        CPU
     trainer.precision                bf16 (fp32 master weights; fp32 before     bf16 with AVX512-BF16 or AMX, else fp32
                                      compute capability 8.0)
-    rollout.dtype                    bfloat16 (float16 before 8.0)              float32 (the engine's logprobs = the learner's)
+    rollout.dtype                    bfloat16 (float16 before 8.0)              float32 (an fp32 learner's logprobs
+                                                                                exactly; beside a bf16 learner closer
+                                                                                than a bf16 engine: weight_sync.md)
+    (what a push sends)              the weights the learner computes with, in the engine's dtype (push_rule): under a
+                                     bf16 learner the masters rounded to bf16 (an fp32 engine gets them widened, and
+                                     start-up pushes them once: the engine's own load would hold the unrounded masters);
+                                     else the masters (with LoRA: its bf16 base + the merged adapter)
     rollout.cuda_graphs              true                                       false
     rollout.sleep                    true (the engine frees the GPU while the   false (vLLM has no sleep mode on CPU)
                                      learner runs)
@@ -147,6 +153,38 @@ def autocast(precision: str, is_sharded: bool) -> bool:
     """Whether bf16 compute is torch.autocast over the fp32 weights (the plain module: fp32 residual stream,
     per-projection casts); sharded, FSDP2's mixed-precision policy casts the weights instead."""
     return precision == "bf16" and not is_sharded
+
+
+def push_rounding(precision: str, *, lora: bool) -> str | None:
+    """The dtype a full-weight push rounds the master weights to before it casts them to the engine's dtype
+    (Learner.pushed_weights): bfloat16 where the learner computes in bf16, since its forward computes with the masters
+    so rounded (autocast's casts, FSDP2's bf16 gathers); None where it computes with the masters themselves, or with
+    LoRA (the base is stored in the compute dtype already, and the learner adds the adapter's product unrounded)."""
+    return "bfloat16" if precision == "bf16" and not lora else None
+
+
+def startup_push(precision: str, engine_dtype: str) -> bool:
+    """Whether start-up pushes the learner's weights before the sync check's baseline: where the engine's own load of
+    model.path (cast to its dtype) is not what a push sends, a bf16 learner beside an engine that is not bf16 (it
+    would hold the unrounded masters, or with LoRA an unrounded base, until the first push)."""
+    return precision == "bf16" and engine_dtype != "bfloat16"
+
+
+def push_rule(s: Settings, *, lora_rank: int) -> dict[str, Any]:
+    """The push rule for settings.json and rlvr plan: what the learner computes in, what the engine holds, what a push
+    sends it and whether start-up pushes once."""
+    compute = "bfloat16" if s.precision == "bf16" else "float32"  # fp32: the masters' dtype (float64 in exact tests)
+    rounding = push_rounding(s.precision, lora=bool(lora_rank))
+    sent = f"master weights rounded to {rounding}" if rounding else ("base + merged adapter" if lora_rank else "master weights")
+    return {"learner_compute": compute, "engine": s.engine_dtype, "pushed": f"{sent}, in {s.engine_dtype}",
+            "startup_push": startup_push(s.precision, s.engine_dtype)}  # fmt: skip
+
+
+def push_note(s: Settings, *, lora_rank: int) -> str:
+    """The push rule in words, naming the settings that decide it (rlvr.sync_check's messages)."""
+    rule = push_rule(s, lora_rank=lora_rank)
+    return (f"the learner computes in {rule['learner_compute']} (trainer.precision={s.precision}), the engine in "
+            f"{s.engine_dtype} (rollout.dtype) and a push sends it the {rule['pushed']}")  # fmt: skip
 
 
 def asked(cfg: Any) -> dict[str, Any]:
@@ -348,9 +386,10 @@ def _pow2_floor(x: int) -> int:
     return 1 << (max(1, x).bit_length() - 1)
 
 
-def record(out: Path, device: DeviceSpec, settings: Settings) -> None:
-    """Write settings.json into the run folder (rank 0)."""
-    (out / SETTINGS_FILE).write_text(json.dumps({"device": asdict(device), "settings": asdict(settings)}, indent=1) + "\n")
+def record(out: Path, device: DeviceSpec, settings: Settings, *, lora_rank: int = 0) -> None:
+    """Write settings.json into the run folder (rank 0): the device, the settings and the push rule they give."""
+    data = {"device": asdict(device), "settings": asdict(settings), "push": push_rule(settings, lora_rank=lora_rank)}
+    (out / SETTINGS_FILE).write_text(json.dumps(data, indent=1) + "\n")
 
 
 def record_applied(out: Path, values: dict[str, Any]) -> None:

@@ -145,7 +145,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
                                   **rewarder.gold_options)  # fmt: skip
     if distributed.is_main():  # the config as this run uses it (settings resolved), and the device they were resolved for
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-        settings.record(out, device, resolved)
+        settings.record(out, device, resolved, lora_rank=cfg.model.lora.rank)
         sizes = len(train_set), len(run.eval_set)
         for line in startup_summary(cfg, recipe, model_path, *sizes, gold_note, device, resolved, out):
             console.say(line)  # before the models load (minutes, for a big one)
@@ -160,11 +160,13 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
     if distributed.is_main():  # as applied, read back
         settings.record_applied(out, {"float32_matmul_precision": torch.get_float32_matmul_precision(),
                                       "sleep_level": engine.memory.level})  # fmt: skip
-    if cfg.model.lora.init:  # the engine starts from the base: give it the starting adapter
+    # the engine starts from model.path as it loads it: give it the policy the learner computes where that differs (the
+    # starting adapter; a bf16 learner's rounded weights beside an engine that is not bf16: rlvr.settings.startup_push)
+    if cfg.model.lora.init or settings.startup_push(resolved.precision, resolved.engine_dtype):
         push_weights(engine, learner, sync, out)
     # the engine and the learner hold the same policy here: the gap their kernels leave between them, for later checks
     probe = probe_ids([e.prompt_ids for e in (run.eval_set + train_set)[:PROBE_PROMPTS]], max_model_len - 1)
-    run.sync_check = SyncCheck(engine, learner, probe)
+    run.sync_check = SyncCheck(engine, learner, probe, computes=settings.push_note(resolved, lora_rank=cfg.model.lora.rank))
     seed_everything(t.seed)
     if resume_from is not None:
         run.counters = restore(resume_from, learner, stream, t.seed)
@@ -195,7 +197,8 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
         logger.note(f"algo.pi_old={a.pi_old.value}: pi_old is the engine's sampled-token logprobs (the learner checks them at evaluations)")
     if resume_from is None:
         eval_metrics, eval_samples = run.evaluate(0)
-        logger.log({"step": 0, **run.dropped, **eval_metrics, **run.clock.row()})
+        # the start-up gap (the sync check's baseline): the engine's and the learner's kernels on the same policy
+        logger.log({"step": 0, **run.dropped, **eval_metrics, "sync/gap": run.sync_check.baseline, **run.clock.row()})
         logger.samples(eval_samples)
         warn_if_unreadable("the step-0 evaluation (greedy)", eval_metrics["eval/no_answer_frac"], eval_samples)
     else:
@@ -218,7 +221,7 @@ def push_weights(engine: Engine, learner: Learner, sync: str | None, out: Path) 
         distributed.barrier()  # written before any rank's engine reads it
         engine.load_adapter(folder)
     else:
-        engine.load_weights(learner.named_weights(engine.dtype))  # in the engine's dtype: a bf16 engine gets half the bytes
+        engine.load_weights(learner.pushed_weights(engine.dtype))  # in the engine's dtype: a bf16 engine gets half the bytes
 
 
 ENGINE_ADAPTER_FOLDER = ".engine_adapter"  # in the run folder: the adapter of the last push (model.lora.sync=adapter)

@@ -19,6 +19,9 @@ Two rules stop the run (SyncError, exit status 4) before any step trains on the 
   held before (a push dropped, the previous weights again, an adapter no longer applied: the base of start-up),
   however small the update. A push that left the engine between two policies (part of the weights) is seen by the
   gap rule alone.
+The message tells the two apart: a revisit is a push that did not take; an engine whose logprobs moved but that
+disagrees got the push and computes another policy from it (the settings that decide what each side computes are
+named: trainer.precision, rollout.dtype and what a push sends, rlvr.settings.push_rule), or got part of the weights.
 """
 
 from __future__ import annotations
@@ -62,11 +65,12 @@ class SyncCheck:
     """The probe, the start-up baseline, the learner's probe logprobs at the last check, and a fingerprint of both
     sides' at every check (the revisit rule)."""
 
-    def __init__(self, engine, learner, probe: list[int]) -> None:  # type: ignore[no-untyped-def]
-        """Measure the baseline: `engine` and `learner` must hold the same policy now. SyncError if they disagree."""
-        self.engine, self.learner, self.probe = engine, learner, probe
+    def __init__(self, engine, learner, probe: list[int], *, computes: str = "") -> None:  # type: ignore[no-untyped-def]
+        """Measure the baseline: `engine` and `learner` must hold the same policy now. SyncError if they disagree.
+        `computes`: what each side computes in and what a push sends (rlvr.settings.push_note), for the messages."""
+        self.engine, self.learner, self.probe, self.computes = engine, learner, probe, computes
         self.last = learner.sequence_logprobs(probe).double()  # [P - 1] the learner's, at the last check
-        engine_logprobs = self._engine_logprobs()  # [P - 1]
+        engine_logprobs = self.last_engine = self._engine_logprobs()  # [P - 1] the engine's, at the last check
         self.seen = {_fingerprint(engine_logprobs): (_fingerprint(self.last), "start-up")}  # engine's -> learner's, where
         self.baseline = self._gap(engine_logprobs, self.last)[0]
         if not self.baseline <= START_LIMIT:  # (NaN included)
@@ -98,15 +102,18 @@ class SyncCheck:
         revisit = before is not None and before[0] != _fingerprint(learner)
         back_to = before[1] if before is not None and revisit else None  # (this rank's engine: the one its message names)
         revisited = distributed.any_true(revisit)
-        previous, self.last = self.last, learner
+        engine_moved = float((engine - self.last_engine).abs().mean())  # how far the push moved this rank's engine
+        self.last, self.last_engine = learner, engine
         self.seen[_fingerprint(engine)] = (_fingerprint(learner), where)
         gap, peak = self._gap(engine, learner)
         if not gap <= self.tolerance or revisited:
-            stale = revisited or self._gap(engine, previous)[0] <= self.tolerance < moved  # (collectives: every rank)
-            said = ""
-            if stale:
+            if revisited:  # the engine went back to weights it held before: nothing of this push reached it
                 said = (f"It computes bit for bit what it computed at the {back_to} check: " if back_to else
-                        "It still computes the policy from before this push: ") + "the push did not take. "  # fmt: skip
+                        "On another rank it computes bit for bit what it computed at an earlier check: ") + "the push did not take. "  # fmt: skip
+            else:  # it moved, so the push reached it, but what it computes from the weights it got is not the learner's
+                said = (f"The push reached the engine (its logprobs moved by {engine_moved:.3g}), but it computes another "
+                        f"policy than the learner{': ' + self.computes if self.computes else ''}; a push that replaced "
+                        "only part of the weights looks the same. ")  # fmt: skip
             raise SyncError(
                 f"{where}: after the weight push the engine's logprobs differ from the learner's by {gap:.3g} nats a token "
                 f"on average (max {peak:.3g}) on a probe of {len(self.probe)} tokens of the data, where the update moved "

@@ -77,3 +77,34 @@ def short_run(tmp_path_factory) -> Path:
     (out.parent / "console.stdout").write_text(result.stdout)  # what the person saw (tests/test_console.py)
     (out.parent / "console.stderr").write_text(result.stderr)
     return out
+
+
+def on_bf16_midpoints(t):
+    """`t` (float32) moved onto bf16 rounding midpoints: each value halfway between its bf16 rounding and the next bf16
+    value away from zero (zeros stay), as 8% of the packaged SmolLM2's weights are (dequantized from a 4-bit GGUF).
+    Round-to-nearest-even then sends each weight to its even neighbour, and any update, however small, decides it."""
+    import torch
+
+    low = t.to(torch.bfloat16)  # [same]
+    high = (low.view(torch.int16) + 1).view(torch.bfloat16)  # the next bf16 value away from zero
+    mid = (low.float() + high.float()) / 2  # exact in float32: one bit more than bf16's mantissa
+    return torch.where(t == 0, t, mid)
+
+
+@pytest.fixture(scope="session")
+def midpoint_model(tmp_path_factory) -> Path:
+    """The built-in model's folder with every weight on a bf16 rounding midpoint (on_bf16_midpoints), not `builtin:`, so
+    that its settings come from the device rules and the tests' overrides."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from rlvr.models import resolve_model_path
+
+    folder = tmp_path_factory.mktemp("midpoints") / "model"
+    shutil.copytree(resolve_model_path("builtin:tiny-arith"), folder)
+    state = load_file(folder / "model.safetensors")
+    save_file({k: on_bf16_midpoints(v) if v.dtype == torch.float32 else v for k, v in state.items()},
+              folder / "model.safetensors", metadata={"format": "pt"})  # fmt: skip
+    return folder

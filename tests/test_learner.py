@@ -258,3 +258,57 @@ def test_non_finite_gradient_skips_the_update():
     good = learner.update(batch, adv.nan_to_num(0.0), batch.response_mask, None, None, options=LossOptions(
         ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))
     assert good["bad"] == 0.0 and all(torch.isfinite(p).all() for p in learner.model.parameters())
+
+
+class RecordingEngine:
+    """Stands in for rlvr.rollout.Engine in a push: keeps the tensors it is sent (a float32 engine)."""
+
+    dtype = torch.float32
+
+    def __init__(self) -> None:
+        self.weights: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, named) -> None:
+        self.weights = {name: t.clone() for name, t in named}
+
+
+@pytest.mark.parametrize("shard", [False, True])
+def test_a_bf16_learner_pushes_the_weights_it_computes_with(midpoint_model, tmp_path, shard):
+    """Every weight of the model on a bf16 rounding midpoint, a bf16 learner beside a float32 engine: a push sends the
+    masters rounded to bf16 (as autocast's casts and FSDP2's bf16 gathers round them), in float32; not the masters,
+    which an update of 1e-7 leaves where they were while it moves the learner's bf16 weights by a whole unit."""
+    from rlvr.startup import push_weights
+
+    learner = learners.make_learner("model.dtype=float32", "trainer.precision=bf16", "rollout.dtype=float32",
+                                    "algo.kl_coef=0", f"model.path={midpoint_model}", shard=shard)  # fmt: skip
+    engine = RecordingEngine()
+    with torch.no_grad():  # an update too small to move a master past its midpoint's neighbours
+        for p in learner.model.parameters():
+            p.add_(1e-7 * torch.ones_like(p))
+    masters = {name: t.clone() for name, t in learner.named_weights()}
+    push_weights(engine, learner, None, tmp_path)  # type: ignore[arg-type]
+    assert set(engine.weights) == set(masters)
+    flipped = 0
+    for name, master in masters.items():
+        sent = engine.weights[name]
+        assert sent.dtype == torch.float32 and torch.equal(sent, master.to(torch.bfloat16).float()), name
+        flipped += int((sent != master).sum())
+    assert flipped > 0.99 * sum(int((m != 0).sum()) for m in masters.values())  # every non-zero weight is rounded
+
+
+def test_a_lora_learner_pushes_its_base_and_adapter_unrounded(tmp_path):
+    """With LoRA the base is stored in the compute dtype (bf16 exactly) and the learner adds the adapter's product
+    B (A x) unrounded to W x: the merged weights go out as they are (float32), not rounded again."""
+    from rlvr.startup import push_weights
+
+    learner = learners.make_learner("model.dtype=float32", "trainer.precision=bf16", "rollout.dtype=float32",
+                                    "algo.kl_coef=0", "model.lora.rank=4", "model.lora.sync=merged")  # fmt: skip
+    with torch.no_grad():
+        for name, p in learner.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 1e-3)  # an adapter that has moved from B = 0
+    engine = RecordingEngine()
+    push_weights(engine, learner, "merged", tmp_path)  # type: ignore[arg-type]
+    merged = dict(learner.named_weights(torch.float32))
+    assert all(torch.equal(engine.weights[n], merged[n]) for n in merged)
+    assert any(not torch.equal(t, t.to(torch.bfloat16).float()) for t in engine.weights.values())  # (not rounded)

@@ -149,8 +149,11 @@ def test_the_engine_terms_of_qwen2_5_0_5b_by_hand(capsys):
     sequences on one 80 GiB GPU, where vLLM batches 16,384 tokens (rlvr.memory.engine_memory has the vLLM source each
     comes from), against the plan's JSON (GiB to 3 places)."""
     code, result, out = run_plan(capsys, Q05B, "rollout.max_num_seqs=64")
+    push = {"learner_compute": "bfloat16", "engine": "bfloat16", "pushed": "master weights rounded to bfloat16, in bfloat16",
+            "startup_push": False}  # fmt: skip
     assert code == 0 and result["engine"] == {"max_num_seqs": 64, "max_num_batched_tokens": 16384, "round_rows": 1536,
-                                              "sleep_level": 2}  # fmt: skip
+                                              "sleep_level": 2, "push": push}  # fmt: skip
+    assert "push: the learner computes in bfloat16; the engine gets the master weights rounded to bfloat16, in bfloat16" in out
     forward = 2 * (2 * 896 + 3 * 4864)  # bf16 residual + normed input + gate_up [2 x 4864] + activation [4864]: 32,768 B
     activations = 16384 * forward  # the profile run's forward at max_num_batched_tokens: 536,870,912 = 0.5 GiB
     sampler = 64 * 151_936 * (2 + 4 + 4 + 4 + 4)  # bf16 logits, fp32 copy, logprobs, probs, noise: 175,030,272

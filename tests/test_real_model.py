@@ -129,3 +129,27 @@ def test_gsm_like_gym_task_evaluates_and_shows_plain_gold_answers(rlvr_cli, tmp_
     for row in rows:
         assert row["gold"].lstrip("-").isdigit(), row["gold"]  # gsm_symbolic's answers are integers
         assert json.loads(row["answer_record"])["entry"]["answer"] == row["gold"]
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_a_bf16_learner_and_its_engine_keep_computing_one_policy(rlvr_cli, tmp_path, sums_file):
+    """Issue 45: with a bf16 CPU's defaults (trainer.precision=bf16 said outright, so that a CPU without bf16 runs the
+    same pair of dtypes) the packaged SmolLM2, 8% of whose weights sit on bf16 rounding midpoints, trains 4 steps with
+    the sync check on: the gap after every push stays near the start-up one instead of growing with the updates (it
+    stopped the run at step 1 when the engine held the unrounded masters), and settings.json records the push rule."""
+    out = tmp_path / "bf16"
+    result = rlvr_cli("train", "model=smollm2_135m", "data=file", f"data.path={sums_file}", "reward.verifier=math",
+                      "recipe=grpo", "algo.kl_coef=0", "algo.prompts_per_step=8", "algo.prompts_per_minibatch=8",
+                      "trainer.precision=bf16", "trainer.max_steps=4", "trainer.eval_every=0", "data.eval_size=16",
+                      "rollout.max_new_tokens=64", "logger.progress=false", f"trainer.output_dir={out}", cwd=tmp_path,
+                      timeout=1500)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    start = rows[0]["sync/gap"]
+    assert 0 < start < 0.1  # kernel noise: bf16 against the engine's kernels
+    for r in rows[1:]:  # moved by the updates, the gap stays within 2x the start-up one (4x stops the run)
+        assert r["sync/gap"] <= 2 * start and r["sync/moved"] > 0, r
+    push = json.loads((out / "settings.json").read_text())["push"]
+    assert push["learner_compute"] == "bfloat16" and push["pushed"].startswith("master weights rounded to bfloat16")

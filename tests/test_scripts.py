@@ -32,7 +32,8 @@ ELSEWHERE = {
     "mutation.py": "make mutation: mutmut over the pure core, ~16 minutes; it has no smoke size",
 }
 TESTED_HERE = {"bench_main_job.py", "bench_learner.py", "bench_verifiers.py", "bench_code.py", "bench_real_model.py",
-               "bench_peer_trl.py", "measure_memory.py", "build_tiny_model.py", "make_sums.py", "bench_push.py"}  # fmt: skip
+               "bench_peer_trl.py", "measure_memory.py", "build_tiny_model.py", "make_sums.py", "bench_push.py",
+               "bench_sync_gap.py"}  # fmt: skip
 
 
 def run_script(name: str, *args: str, cwd: Path, timeout: float = 240) -> dict:
@@ -74,6 +75,17 @@ def test_bench_push_smoke(tmp_path):
     out = run_script("bench_push.py", "--models", "tiny", "--pushes", "1", "--json", cwd=tmp_path)["tiny"]
     assert out["world"] == 2 and (out["unit_gathers"], out["unit_bf16_gathers"], out["per_parameter_gathers"]) == (5, 5, 36)
     assert positive(out["unit_s"]) and positive(out["unit_bf16_s"]) and positive(out["per_parameter_s"])
+
+
+@pytest.mark.slow  # (~20 s: one engine, two steps)
+def test_bench_sync_gap_smoke(tmp_path):
+    """scripts/bench_sync_gap.py on the built-in model, a bf16 learner beside its float32 engine, 2 steps of rlvr's push:
+    a start-up gap, then every step's gap, the update's move and the rollout's mismatch, all finite and past zero."""
+    out = run_script("bench_sync_gap.py", "--smoke", cwd=tmp_path)
+    assert (out["push"], out["precision"], out["engine_dtype"]) == ("rounded", "bf16", "float32")
+    assert [r["step"] for r in out["steps"]] == [0, 1, 2] and 0 < out["start_gap"] < 0.5
+    for r in out["steps"][1:]:
+        assert 0 < r["sync/gap"] < 0.5 and r["sync/moved"] > 0 and 0 < r["rollout/logprob_mismatch"] < 0.5, r
 
 
 @pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)

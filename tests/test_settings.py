@@ -163,3 +163,27 @@ def test_a_resume_resolves_afresh_what_its_settings_json_predates(tmp_path: Path
     path.write_text(json.dumps(data))
     _, before = settings.recorded(tmp_path)  # type: ignore[misc]
     assert before.max_num_seqs is None and settings.keep_recorded(c, now, before) == now
+
+
+@pytest.mark.parametrize(
+    ("device", "overrides", "learner", "engine", "pushed", "startup"),
+    [
+        (H100, [], "bfloat16", "bfloat16", "master weights rounded to bfloat16, in bfloat16", False),
+        (CPU_BF16, [], "bfloat16", "float32", "master weights rounded to bfloat16, in float32", True),
+        (CPU_BF16, ["rollout.dtype=bfloat16"], "bfloat16", "bfloat16", "master weights rounded to bfloat16, in bfloat16", False),
+        (CPU_AVX2, [], "float32", "float32", "master weights, in float32", False),
+        (H100, ["trainer.precision=fp32"], "float32", "bfloat16", "master weights, in bfloat16", False),  # the engine's cast
+        (CPU_BF16, ["model.lora.rank=8"], "bfloat16", "float32", "base + merged adapter, in float32", True),
+    ],
+)
+def test_the_push_rule_follows_the_learner_compute_dtype(tmp_path, device, overrides, learner, engine, pushed, startup) -> None:
+    """What a push sends is what the learner computes with (rlvr.settings.push_rule), in the engine's dtype; start-up
+    pushes once where the engine's own load would not hold that (a bf16 learner, an engine that is not bf16).
+    settings.json records it."""
+    c = cfg(*overrides)
+    s = resolve(c, device, QWEN_1_5B, world_size=1, builtin=False)
+    rule = settings.push_rule(s, lora_rank=c.model.lora.rank)
+    assert rule == {"learner_compute": learner, "engine": engine, "pushed": pushed, "startup_push": startup}
+    settings.record(tmp_path, device, s, lora_rank=c.model.lora.rank)
+    assert json.loads((tmp_path / settings.SETTINGS_FILE).read_text())["push"] == rule
+    assert f"the engine in {engine} (rollout.dtype)" in settings.push_note(s, lora_rank=c.model.lora.rank)

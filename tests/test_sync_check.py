@@ -126,6 +126,23 @@ def test_an_engine_that_computes_something_else_stops_the_run_without_blaming_a_
     assert "did not take" not in str(caught.value)
 
 
+def test_an_engine_that_moved_less_than_the_learner_is_told_apart_from_a_push_that_did_not_take() -> None:
+    """The issue-45 split: the push reached the engine (its logprobs moved) but it computes another function of the
+    weights than the learner does (a bf16 learner, the unrounded masters in a float32 engine). The message says the
+    push took, how far each side moved, and names the settings that decide what each side computes."""
+    computes = "the learner computes in bfloat16 (trainer.precision=bf16), the engine in float32 (rollout.dtype)"
+    engine, learner = FakeEngine([-1.0, -2.0, -3.0, -4.0]), FakeLearner([-1.0, -2.0, -3.0, -4.0])
+    check = SyncCheck(engine, learner, [0] * 5, computes=computes)
+    learner.logprobs = [-0.5, -2.5, -3.0, -4.0]  # the learner moved 0.25 on average
+    engine.logprobs = [-0.95, -2.05, -3.0, -4.0]  # the engine a tenth of that: |gap| 0.45, 0.45 -> mean 0.225
+    with pytest.raises(SyncError) as caught:
+        check.after_push("step 1")
+    message = str(caught.value)
+    assert "by 0.225 nats a token on average (max 0.45)" in message and "moved the learner's by 0.25" in message
+    assert f"The push reached the engine (its logprobs moved by 0.025), but it computes another policy than the learner: {computes}" in message
+    assert "did not take" not in message
+
+
 def test_an_engine_and_learner_that_disagree_at_start_up_stop_the_run_there() -> None:
     with pytest.raises(SyncError, match=r"at start-up, before any training, .* by 0\.75 nats"):
         SyncCheck(FakeEngine([-1.5, -3.0]), FakeLearner([-1.0, -2.0]), [0] * 3)
