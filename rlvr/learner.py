@@ -383,7 +383,7 @@ class Learner:
             yield from self.named_weights(dtype)
             return
         wire = getattr(torch, rounding)
-        out = wire if dtype is None or dtype.itemsize <= wire.itemsize else dtype
+        out = wire if dtype is None else dtype  # (a float16 engine gets float16: bf16 values, cast once more)
         for unit in sharding.gathered_units(self.model, self.device, wire):
             for name, tensor in unit.items():
                 yield name, tensor.to(wire).to(out)  # (a gathered shard is in `wire` already; the plain module's are not)

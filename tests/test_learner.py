@@ -294,6 +294,8 @@ def test_a_bf16_learner_pushes_the_weights_it_computes_with(midpoint_model, tmp_
         assert sent.dtype == torch.float32 and torch.equal(sent, master.to(torch.bfloat16).float()), name
         flipped += int((sent != master).sum())
     assert flipped > 0.99 * sum(int((m != 0).sum()) for m in masters.values())  # every non-zero weight is rounded
+    half = dict(learner.pushed_weights(torch.float16))  # an engine in another 2-byte dtype gets its own
+    assert all(t.dtype == torch.float16 and torch.equal(t, masters[n].to(torch.bfloat16).to(torch.float16)) for n, t in half.items())
 
 
 def test_a_lora_learner_pushes_its_base_and_adapter_unrounded(tmp_path):
