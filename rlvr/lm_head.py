@@ -165,7 +165,10 @@ def response_logprobs(
     Entries outside the response mask are 0.
     """
     width = int(batch.attention_mask.sum(1).max())  # the longest row here (rows are right-padded)
-    t = int(batch.response_mask.sum(1).max().clamp(min=1))  # the longest response here
+    # the response columns up to the last counted token here (not the mask's row sums: with tools a response has holes,
+    # its tool outputs, and its last tokens lie past the count of its counted ones)
+    counted = batch.response_mask.any(0).nonzero()  # [c, 1]
+    t = int(counted[-1, 0]) + 1 if len(counted) else 1
     first = int(batch.response_index[:, 0].min())  # the earliest position whose logits predict a response token
     keep = width - first  # the last `keep` positions hold every predicting logit
     rows, cols = batch.response_mask[:, :t].bool().nonzero(as_tuple=True)  # [M] each: the response tokens
