@@ -53,6 +53,7 @@ class Task(str, enum.Enum):
     file = "file"  # the user's dataset: data.path (a .jsonl/.json/.parquet/.csv file, or a hub dataset id)
     gym = "gym"  # a reasoning-gym procedural dataset: data.name, scored by its own score_answer
     code = "code"  # programs scored by running their tests: data.name = functions (rlvr's own) | humaneval
+    calc = "calc"  # the built-in tool task: exact arithmetic that is hard in one's head and easy in Python
 
 
 class PromptFormat(str, enum.Enum):
@@ -113,6 +114,10 @@ class VerifierName(str, enum.Enum):
     countdown = "countdown"
     gym = "gym"  # reasoning-gym's score_answer on the <answer> tag; correct only at score 1.0
     code = "code"  # the completion's last ```python block run against the row's tests, in a sandbox
+
+
+class ToolName(str, enum.Enum):
+    python = "python"  # a fenced ```python block, run in the sandbox when it closes (rlvr.tools)
 
 
 class CodeSandbox(str, enum.Enum):

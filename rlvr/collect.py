@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlvr import algo, distributed, sample_log
+from rlvr import algo, distributed, multiturn, sample_log
 from rlvr.config import AlgoConfig, Config, FilterMetric, RoundSize
 from rlvr.data import PromptStream
 from rlvr.metrics import split_lengths
 from rlvr.rewards import Rewarder
-from rlvr.rollout import Engine
 from rlvr.types import Completion, RolloutBatch
 
 Z_90 = 1.2816  # the standard normal's 90% quantile
@@ -66,7 +65,7 @@ class RoundSizer:
 
 
 def collect(
-    engine: Engine, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int, sizer: RoundSizer | None = None
+    engine: multiturn.Sampler, stream: PromptStream, rewarder: Rewarder, cfg: Config, step: int, sizer: RoundSizer | None = None
 ) -> tuple[RolloutBatch | None, dict[str, float], list[dict[str, Any]]]:
     """Roll out until B informative groups are kept (or the round cap): steps 1-4 of the loop.
 
@@ -92,6 +91,8 @@ def collect(
     length_correct: list[bool] = []  # per sampled completion, beside lengths
     truncated = 0
     first_round: list[dict[str, Any]] = []
+    sampled: list[Completion] = []  # every completion of every round (the tool metrics)
+    tools_s = engine.tool_seconds if isinstance(engine, multiturn.ToolSampler) else 0.0
     for round_ in range(rounds):
         if len(kept) >= B or drawn >= rounds * B:
             break
@@ -131,11 +132,12 @@ def collect(
             kept.append((groups[i], rewards[i * G : (i + 1) * G], correct[i * G : (i + 1) * G]))
         drawn += n
         informative_count += int(informative.sum())
-        generated += sum(len(c.token_ids) for c in flat)
+        generated += sum(c.generated for c in flat)  # the model's tokens (tool outputs not counted)
+        sampled += flat
         zero_spread += int((~algo.informative_groups(rewards, G)).sum())
         correct_count += int(correct.sum())
         all_rewards.append(rewards)
-        lengths += [len(c.token_ids) for c in flat]
+        lengths += [c.generated for c in flat]
         length_correct += correct.bool().tolist()
         truncated += sum(c.finish_reason == "length" for c in flat)
     sizer.observe(informative_count, drawn)
@@ -158,6 +160,9 @@ def collect(
         "sampling/kept_groups": len(kept),
         "perf/generated_tokens": generated,
     }
+    if isinstance(engine, multiturn.ToolSampler):  # rollout.tools: calls per answer, failures, their time
+        metrics.update(multiturn.metrics("tools/", sampled))
+        metrics["timing/tools_s"] = engine.tool_seconds - tools_s
     if sizer.adaptive and estimate is not None:
         metrics["sampling/informative_frac_estimate"] = estimate
     for key in ("verifier/timeouts", "verifier/errors"):  # counts over all rounds, not means

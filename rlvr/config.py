@@ -35,6 +35,7 @@ from rlvr.choices import (  # noqa: F401 (re-exported: the schema's option types
     RolloutCorrection,
     RoundSize,
     Task,
+    ToolName,
     VerifierName,
 )
 
@@ -72,6 +73,17 @@ class AlgoConfig:
 
 
 @dataclass
+class ToolConfig:
+    sandbox: CodeSandbox = MISSING  # bwrap | none, as reward.code.sandbox
+    cpu_s: float = MISSING  # CPU seconds per call
+    timeout_s: float = MISSING  # wall-clock seconds per call
+    memory_mb: int = MISSING  # address space per call
+    output_tokens: int = MISSING  # the most tokens of a call's output the model is shown
+    workers: int = MISSING  # calls run at once
+    instruction: str = MISSING  # how to call the tools, added to the system prompt (chat) or before the prompt (plain)
+
+
+@dataclass
 class RolloutConfig:
     max_new_tokens: int = MISSING  # L_max
     temperature: float = MISSING
@@ -85,6 +97,9 @@ class RolloutConfig:
     kv_cache_gib: Any = MISSING  # GPU: the engine's KV cache in GiB; auto (rlvr.settings)
     tensor_parallel_size: int = MISSING  # engine ranks per model copy under torchrun; 1 = one engine per rank
     max_num_seqs: Any = MISSING  # int | auto: sequences an engine runs at once (vLLM's max_num_seqs; rlvr.settings)
+    tools: list[str] = MISSING  # tools the model may call while it answers (rlvr.tools): [] | [python]
+    max_turns: int = MISSING  # tool calls per answer, at most
+    tool: ToolConfig = field(default_factory=ToolConfig)  # the python tool's sandbox, limits and instruction
 
 
 @dataclass
@@ -316,6 +331,23 @@ def auto_or(section: Any, prefix: str, name: str, kind: type, minimum: int | Non
 CODE_TASKS = ("functions", "humaneval")  # data.task=code: rlvr.tasks.code's sets
 
 
+def check_tools(r: RolloutConfig) -> None:
+    """rollout.tools names known tools, and the tool limits are usable."""
+    names = [t.value for t in ToolName]
+    for name in r.tools:
+        if name not in names:
+            raise ConfigError(f"rollout.tools: unknown tool {name!r}; the tools are {names} (e.g. rollout.tools=[python])")
+    if len(set(r.tools)) != len(r.tools):
+        raise ConfigError(f"rollout.tools names a tool twice: {list(r.tools)}")
+    t = r.tool
+    if r.tools and (r.max_turns < 1 or t.output_tokens < 1 or t.workers < 1 or t.cpu_s <= 0 or t.timeout_s <= 0 or t.memory_mb < 16):
+        raise ConfigError(
+            f"with rollout.tools, rollout.max_turns, rollout.tool.output_tokens and rollout.tool.workers must be >= 1, "
+            f"rollout.tool.cpu_s and rollout.tool.timeout_s > 0 and rollout.tool.memory_mb >= 16; got {r.max_turns}, "
+            f"{t.output_tokens}, {t.workers}, {t.cpu_s}, {t.timeout_s}, {t.memory_mb}"
+        )
+
+
 def check(cfg: Config) -> None:
     """Cross-field checks: each error names the key(s) at fault."""
     a, r, t = cfg.algo, cfg.rollout, cfg.trainer
@@ -355,6 +387,7 @@ def check(cfg: Config) -> None:
         raise ConfigError(f"algo.clip_low must be in [0, 1) and algo.clip_high >= 0, got {a.clip_low}, {a.clip_high}")
     if a.clip_ratio_c is not None and a.clip_ratio_c <= 1:
         raise ConfigError(f"algo.clip_ratio_c must be > 1 (or null), got {a.clip_ratio_c}")
+    check_tools(r)
     auto_or(r, "rollout", "cuda_graphs", bool)
     auto_or(r, "rollout", "sleep", bool)
     auto_or(r, "rollout", "max_num_seqs", int, 1)

@@ -44,6 +44,10 @@ def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierNa
             cut = max(len(problems) - cfg.eval_size, 0)  # all 164 held out is `rlvr eval`'s use
             return problems[:cut], problems[cut:], VerifierName.code
         return (*code.functions_examples(cfg.size, cfg.eval_size, cfg.seed), VerifierName.code)
+    if cfg.task is Task.calc:
+        from rlvr.tasks import calc
+
+        return (*calc.examples(size=cfg.size, eval_size=cfg.eval_size, seed=cfg.seed, options=cfg.options), VerifierName.math)
     if cfg.task is Task.file:
         assert cfg.path, "config.check requires data.path when data.task=file"
         examples = read_examples(cfg.path, "data.path", cfg)

@@ -16,8 +16,8 @@ import numpy as np
 from rlvr import distributed, sample_log
 from rlvr.config import Config
 from rlvr.metrics import split_lengths
+from rlvr.multiturn import Sampler
 from rlvr.rewards import Rewarder
-from rlvr.rollout import Engine
 from rlvr.types import Completion, Example
 from rlvr.verifiers import Outcome
 from rlvr.verifiers.pool import Result
@@ -47,8 +47,10 @@ class Scored:
     correct: bool
     no_answer: bool
     timeout: bool  # the verifier gave up (Outcome.TIMEOUT): neither the model's answer nor its absence was judged
-    tokens: int
+    tokens: int  # the model's own (tool outputs not counted)
     truncated: bool
+    calls: int = 0  # tool calls (rollout.tools)
+    failed_calls: int = 0  # of them: error, timeout, limit
 
 
 def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
@@ -69,12 +71,21 @@ def rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
     }
 
 
-def summarize(greedy: list[Scored], sampled: list[list[Scored]]) -> dict[str, float]:
-    """The eval/* metrics of a held-out set: `greedy` has one answer per prompt; `sampled` n per prompt, or is empty."""
+def tool_rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
+    """Tool calls per answer and the share of calls that failed (rollout.tools)."""
+    calls = sum(s.calls for s in scored)
+    return {f"{prefix}tool_calls_per_answer": calls / len(scored),
+            f"{prefix}tool_failed_call_frac": sum(s.failed_calls for s in scored) / max(calls, 1)}  # fmt: skip
+
+
+def summarize(greedy: list[Scored], sampled: list[list[Scored]], tools: bool = False) -> dict[str, float]:
+    """The eval/* metrics of a held-out set: `greedy` has one answer per prompt; `sampled` n per prompt, or is empty;
+    with `tools`, the tool-call rates too."""
     metrics = {
         "eval/accuracy": sum(s.correct for s in greedy) / len(greedy),
         **rates("eval/", greedy),
         **length_stats("eval/response_length", greedy),
+        **(tool_rates("eval/", greedy) if tools else {}),
     }
     if sampled:
         n = len(sampled[0])
@@ -85,11 +96,12 @@ def summarize(greedy: list[Scored], sampled: list[list[Scored]]) -> dict[str, fl
         flat = [s for answers in sampled for s in answers]
         metrics.update(rates("eval/sampled_", flat))
         metrics.update(length_stats("eval/sampled_response_length", flat))
+        metrics.update(tool_rates("eval/sampled_", flat) if tools else {})
     return metrics
 
 
 def evaluate(
-    engine: Engine, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int | None, *, every_row: bool = False
+    engine: Sampler, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int | None, *, every_row: bool = False
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """The eval/* metrics of `examples` (summarize), and sample records (rlvr.sample_log): with `every_row`, one per
     answer, greedy and sampled, in the set's order; else the first logger.num_samples greedy answers.
@@ -110,8 +122,9 @@ def evaluate(
                                   top_p=e.top_p, seeds=seeds, stop=r.stop)  # fmt: skip
     flat = greedy + [c for answers in sampled for c in answers]
     results = rewarder.judge([c.text for c in flat], [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)])
-    scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, len(c.token_ids),
-                     c.finish_reason == "length") for c, res in zip(flat, results)]  # fmt: skip
+    scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, c.generated,
+                     c.finish_reason == "length", len(c.calls), sum(call.status != "ok" for call in c.calls))
+              for c, res in zip(flat, results)]  # fmt: skip
     local = {"places": places, "greedy": scored[: len(mine)],
              "sampled": [scored[len(mine) + i * e.n : len(mine) + (i + 1) * e.n] for i in range(len(mine))]}  # fmt: skip
     if every_row:
@@ -123,7 +136,7 @@ def evaluate(
         joined = [x for share in shares for x in share[key]]
         return [joined[i] for i in order]
 
-    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [])
+    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [], tools=bool(r.tools))
     if every_row:
         return metrics, [row for rows in in_order("rows") for row in rows]
     n = cfg.logger.num_samples
@@ -133,7 +146,7 @@ def evaluate(
 
 
 def _records(
-    step: int | None, examples: list[Example], flat: list[Completion], results: list[Result], n: int, engine: Engine,
+    step: int | None, examples: list[Example], flat: list[Completion], results: list[Result], n: int, engine: Sampler,
     rewarder: Rewarder,
 ) -> list[list[dict[str, Any]]]:
     """Per prompt: its greedy answer's record ("eval") and its n sampled answers' ("eval_sampled", with "sample")."""

@@ -33,25 +33,33 @@ def chat_format(fmt: PromptFormat, tokenizer: Any) -> bool:
     return fmt is PromptFormat.chat or (fmt is PromptFormat.auto and has_template)
 
 
-def messages_of(example: Example, cfg: DataConfig) -> list[dict[str, str]]:
-    """The chat messages of an example: its own (a `messages` row), or [system?] + the templated prompt."""
-    system = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+def messages_of(example: Example, cfg: DataConfig, instruction: str | None = None) -> list[dict[str, str]]:
+    """The chat messages of an example: its own (a `messages` row), or [system?] + the templated prompt. The tool
+    instruction (rollout.tool.instruction, with rollout.tools) ends the system message, the row's own one too."""
+    system = [{"role": "system", "content": _joined(cfg.system_prompt, instruction)}] if cfg.system_prompt or instruction else []
     if example.messages is not None:
         own = [dict(m) for m in example.messages]
-        return own if own[0]["role"] == "system" else system + own  # the row's own system message wins
+        if own[0]["role"] != "system":
+            return system + own
+        return [{**own[0], "content": _joined(own[0]["content"], instruction)}, *own[1:]]  # the row's own system message wins
     return system + [{"role": "user", "content": apply_template(cfg.prompt_template, example.prompt)}]
+
+
+def _joined(*paragraphs: str | None) -> str:
+    return "\n\n".join(p for p in paragraphs if p)
 
 
 def apply_template(template: str, prompt: str) -> str:
     return template.replace("{prompt}", prompt)  # not str.format: prompts and templates may hold braces (LaTeX)
 
 
-def render(examples: list[Example], tokenizer: Any, cfg: DataConfig) -> list[Example]:
-    """The examples with `prompt_ids` set: the ids of the prompt as the model sees it."""
+def render(examples: list[Example], tokenizer: Any, cfg: DataConfig, instruction: str | None = None) -> list[Example]:
+    """The examples with `prompt_ids` set: the ids of the prompt as the model sees it; `instruction`: the tool
+    instruction (a system paragraph)."""
     if chat_format(cfg.format, tokenizer):
         out = []
         for e in examples:
-            ids = tokenizer.apply_chat_template(messages_of(e, cfg), add_generation_prompt=True, tokenize=True)
+            ids = tokenizer.apply_chat_template(messages_of(e, cfg, instruction), add_generation_prompt=True, tokenize=True)
             ids = ids["input_ids"] if not isinstance(ids, list) else ids  # transformers 5 returns a mapping
             out.append(dataclasses.replace(e, prompt_ids=tuple(ids)))
         return out
@@ -62,7 +70,7 @@ def render(examples: list[Example], tokenizer: Any, cfg: DataConfig) -> list[Exa
             f"{cfg.format.value}{', and the tokenizer has no chat template' if cfg.format is PromptFormat.auto else ''}); "
             "use data.format=chat with a model that has a chat template, or give prompts as strings"
         )
-    head = f"{cfg.system_prompt}\n\n" if cfg.system_prompt else ""
+    head = _joined(cfg.system_prompt, instruction) + "\n\n" if cfg.system_prompt or instruction else ""
     texts = [head + apply_template(cfg.prompt_template, e.prompt) for e in examples]
     ids = tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
     return [dataclasses.replace(e, prompt_ids=tuple(i)) for e, i in zip(examples, ids)]
@@ -90,7 +98,7 @@ def drop_long_prompts(examples: list[Example], budget: int, mode: LongPrompts) -
 
 def prepare(
     train_set: list[Example], eval_set: list[Example], tokenizer: Any, context: int, cfg: DataConfig, max_new_tokens: int,
-    *, verbose: bool = True,
+    *, verbose: bool = True, instruction: str | None = None,
 ) -> tuple[list[Example], list[Example], int, dict[str, int]]:
     """Render both sets, then drop (or reject) prompts over the budget; return the sets, the engine's max_model_len
     and the counts dropped.
@@ -100,7 +108,8 @@ def prepare(
     """
     budget = cfg.max_prompt_tokens or context - max_new_tokens
     (train_set, train_dropped), (eval_set, eval_dropped) = (
-        drop_long_prompts(render(examples, tokenizer, cfg), budget, cfg.long_prompts) for examples in (train_set, eval_set)
+        drop_long_prompts(render(examples, tokenizer, cfg, instruction), budget, cfg.long_prompts)
+        for examples in (train_set, eval_set)
     )
     if not eval_set:
         raise ConfigError(f"no evaluation prompt fits the prompt budget ({budget} tokens, data.max_prompt_tokens)")
@@ -125,6 +134,6 @@ def load(
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
     train_set, eval_set, max_model_len, dropped = prepare(
         train_set, eval_set, AutoTokenizer.from_pretrained(model_path), context, cfg.data, cfg.rollout.max_new_tokens,
-        verbose=verbose,
+        verbose=verbose, instruction=cfg.rollout.tool.instruction if cfg.rollout.tools else None,
     )
     return train_set, eval_set, task_verifier, max_model_len, dropped

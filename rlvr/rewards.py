@@ -159,7 +159,7 @@ class Rewarder:
             metrics["verifier/timeouts"] += sum(r is Outcome.TIMEOUT for r in term_results)
             metrics["verifier/errors"] += term_stats.errors
         if self.algo.overlong_shaping:
-            lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float32)  # [n]
+            lengths = torch.tensor([c.generated for c in completions], dtype=torch.float32)  # [n] (tool outputs not counted)
             penalty = algo.overlong_penalty(
                 lengths, max_len=self.max_len, buffer=self.algo.overlong_buffer_frac * self.max_len,
                 factor=self.algo.overlong_factor,

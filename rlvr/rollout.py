@@ -134,24 +134,29 @@ class Engine:
         prompts: list[tuple[int, ...]],
         *,
         n: int,
-        max_tokens: int,
+        max_tokens: int | list[int],
         temperature: float,
         top_p: float,
         seeds: list[int] | None,
         stop: list[str],
+        keep_stop: bool = False,
     ) -> list[list[Completion]]:
         """Sample `n` completions per prompt (token ids, as rlvr.prompts rendered them); one seed per prompt makes
         sampling reproducible. temperature 0 is greedy. Generation ends at the model's EOS / end-of-turn tokens (vLLM
-        reads them from the generation config), at a `stop` string, or after `max_tokens`; the text excludes them."""
+        reads them from the generation config), at a `stop` string, or after `max_tokens` (one for all, or one per
+        prompt); the text excludes them, or keeps the stop string with `keep_stop` (a tool call's closing fence:
+        rlvr.multiturn). Completion.stop_string names the stop string that ended a completion."""
         # vLLM's detokenizer is needed only to find stop strings. Without them (and with a fast tokenizer) the texts are
         # decoded here after generation (_decode: the same decoding), not in vLLM's output loop, which also decodes the
         # token of every logprob (unused here): a round of 80 prompts x 8 on the built-in model took 375 -> 328 and
         # 351 -> 312 ms.
         detokenize = bool(stop) or not self._decodes_texts
+        budgets = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
         params = [
-            SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=s, stop=stop or None,
-                           logprobs=0 if temperature > 0 else None, detokenize=detokenize)  # fmt: skip
-            for s in (seeds if seeds is not None else [None] * len(prompts))
+            SamplingParams(n=n, max_tokens=m, temperature=temperature, top_p=top_p, seed=s, stop=stop or None,
+                           logprobs=0 if temperature > 0 else None, detokenize=detokenize,
+                           include_stop_str_in_output=keep_stop)  # fmt: skip
+            for s, m in zip(seeds if seeds is not None else [None] * len(prompts), budgets, strict=True)
         ]
         requests: list[TokensPrompt] = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]
         self.memory.wake()  # (awake already in the loop: the weight push woke it)
@@ -165,6 +170,7 @@ class Engine:
                     text=c.text if detokenize else self._decode(out.prompt_token_ids or [], c),
                     finish_reason=c.finish_reason or "length",
                     engine_logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], c.token_ids) if lp],
+                    stop_string=c.stop_reason if isinstance(c.stop_reason, str) else None,
                 )
                 for c in out.outputs
             ]

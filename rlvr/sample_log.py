@@ -34,11 +34,19 @@ def records(
             "outcome": r.value if isinstance(r, Outcome) else r,
             "correct": rewarder.is_correct(r),
             "reward": reward,
-            "tokens": len(c.token_ids),
+            "tokens": c.generated,  # the model's own (tool outputs not counted)
             "finish_reason": c.finish_reason,
+            **({} if c.from_model is None else {"tool_calls": describe_calls(c), "tool_tokens": len(c.token_ids) - c.generated,
+                                                "hit_max_turns": c.hit_max_turns}),  # fmt: skip
         }
         for e, c, r, reward in zip(examples, completions, results, rewards)
     ]
+
+
+def describe_calls(completion: Completion) -> list[dict[str, Any]]:
+    """The answer's tool calls as a person reads them: each turn's code and its output."""
+    return [{"tool": c.tool, "code": c.request, "output": c.output, "status": c.status, "seconds": round(c.seconds, 3)}
+            for c in completion.calls]  # fmt: skip
 
 
 def format_warning(where: str, no_answer_frac: float, rows: list[dict[str, Any]]) -> str | None:

@@ -21,10 +21,22 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rlvr import checkpoint, console, distributed, evaluation, gold, lora, prompts, sample_log, settings
+from rlvr import (
+    checkpoint,
+    console,
+    distributed,
+    evaluation,
+    gold,
+    lora,
+    multiturn,
+    prompts,
+    sample_log,
+    settings,
+    tools,
+)
 from rlvr.algo import LossOptions
 from rlvr.collect import RoundSizer
-from rlvr.config import Config, ConfigError, PiOld, Task, check_world
+from rlvr.config import CodeSandbox, Config, ConfigError, PiOld, Task, check_world
 from rlvr.data import PromptStream
 from rlvr.learner import Learner, loss_options
 from rlvr.metrics import MetricsLogger
@@ -47,6 +59,7 @@ class Run:
     out: Path
     learner: Learner
     engine: Engine
+    sampler: multiturn.Sampler  # what rollouts and evaluations sample from: the engine, with tools where asked
     rewarder: Rewarder
     stream: PromptStream
     logger: MetricsLogger
@@ -74,7 +87,7 @@ class Run:
 
     def evaluate(self, step: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """The eval/* metrics on the held-out set, and its sample records (rlvr.evaluation)."""
-        return evaluation.evaluate(self.engine, self.eval_set, self.rewarder, self.cfg, step)
+        return evaluation.evaluate(self.sampler, self.eval_set, self.rewarder, self.cfg, step)
 
     def close(self) -> None:
         """The verifier workers, the signal handlers, the engine, then the process group."""
@@ -139,6 +152,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
             f"trainer.resume=never, but {out} already holds checkpoints (newest: {checkpoint.latest(out)}) that this run "
             "would overwrite; choose a new trainer.output_dir, or continue the earlier run with trainer.resume=auto"
         )
+    tools.check(list(cfg.rollout.tools), cfg.rollout.tool.sandbox is CodeSandbox.bwrap)  # the tools' sandbox works
     rewarder = run.rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
     # every rank checks the same rows (deterministic, seconds), so every rank stops on a failure (and closes the rewarder)
     gold_note = gold.startup_note(train_set + run.eval_set, rewarder.gold_check(), cfg.reward.gold_check, t.seed,
@@ -155,6 +169,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
     stream = run.stream = PromptStream(train_set, t.seed, cfg.data.skip_solved)
     learner = run.learner = Learner.from_config(cfg, model_path)
     engine = run.engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=adapter_rank)
+    run.sampler = multiturn.sampler(engine, cfg)  # answers of several turns with rollout.tools; else the engine itself
     # vLLM's worker sets torch's float32 matmul precision when it starts ("highest"): the learner's choice again, after it
     torch.set_float32_matmul_precision("high" if t.tf32 else "highest")
     if distributed.is_main():  # as applied, read back
@@ -254,11 +269,11 @@ def startup_summary(cfg: Config, recipe: str | None, model_path: str, train_size
     how = f"a rank-{lora_rank} LoRA adapter trained" if lora_rank else "every weight trained"
     log = "" if cfg.logger.verbose else f" (other libraries' output: {console.LOG_FILE})"
     task = {Task.gym: f"reasoning-gym {cfg.data.name}", Task.file: cfg.data.path,
-            Task.code: f"code {cfg.data.name}"}.get(cfg.data.task, "built-in arithmetic")  # fmt: skip
+            Task.code: f"code {cfg.data.name}", Task.calc: "built-in calc (the tool task)"}.get(cfg.data.task, "built-in arithmetic")  # fmt: skip
     world = distributed.world_size()
     return [
         f"rlvr train: {recipe or 'recipe'} | {a.prompts_per_step} prompts x {a.group_size} samples per step, "
-        f"{cfg.trainer.max_steps} steps",
+        f"{cfg.trainer.max_steps} steps" + (f"; tools {', '.join(cfg.rollout.tools)}, <= {cfg.rollout.max_turns} calls an answer" if cfg.rollout.tools else ""),
         f"  model   {cfg.model.path} ({_count(params)} parameters; {how})",
         f"  data    {task}: {train_size:,} training prompts, {eval_size:,} held out; {gold_note}",
         f"  device  {settings.describe(device)}, {world} rank{'s' if world > 1 else ''}; learner {resolved.precision}, "

@@ -40,7 +40,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
         for step in range(counters["step"] + 1, t.max_steps + 1):
             t_start = time.perf_counter()
             # 1-4. Draw prompts, sample G answers each, verify, and (DAPO) refill until B groups are informative.
-            batch, metrics, train_samples = collect(engine, stream, rewarder, cfg, step, sizer)
+            batch, metrics, train_samples = collect(run.sampler, stream, rewarder, cfg, step, sizer)
             counters["informative_frac"] = sizer.informative_frac
             # the stream's position after drawing
             metrics.update({"data/epoch": stream.epoch, "data/index": stream.index})

@@ -25,14 +25,39 @@ class Example:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One tool call inside an answer (rlvr.tools): what the model asked for, what came back, how it went."""
+
+    tool: str  # "python"
+    request: str  # the code (or call) as the model wrote it
+    output: str  # what the model was shown (cut to rollout.tool.output_tokens)
+    status: str  # "ok" | "error" (an exception, a non-zero exit) | "timeout" | "limit" (memory, output, budget)
+    seconds: float  # wall time of the call
+
+
+@dataclass(frozen=True)
 class Completion:
-    """One sampled answer to one prompt, as the engine returned it."""
+    """One sampled answer to one prompt, as the engine returned it.
+
+    With tools (rlvr.multiturn) an answer is several turns: the engine's sampled tokens, a tool's output, sampled tokens
+    again. `token_ids` is all of them in order, exactly as the engine sampled them and the tool outputs were encoded
+    (nothing decoded and encoded again); `from_model` says who wrote each token. Without tools `from_model` is None:
+    every token is the model's."""
 
     prompt_ids: list[int]
-    token_ids: list[int]  # generated tokens, EOS included when the engine stopped on it
-    text: str
+    token_ids: list[int]  # generated tokens (and tool outputs' tokens), EOS included when the engine stopped on it
+    text: str  # what the verifier reads: the model's own text (tool outputs left out: a printed number is no answer)
     finish_reason: str  # "stop" | "length"
-    engine_logprobs: list[float]  # sampled-token logprobs from the engine (pi_old with algo.pi_old=engine)
+    engine_logprobs: list[float]  # sampled-token logprobs from the engine (pi_old with algo.pi_old=engine); 0 on tool tokens
+    stop_string: str | None = None  # the stop string that ended the (last) turn, None for EOS or length
+    from_model: list[bool] | None = None  # [len(token_ids)]: True where the engine sampled the token; None = all
+    calls: tuple[ToolCall, ...] = ()  # the answer's tool calls, in order
+    hit_max_turns: bool = False  # it asked for one more call than rollout.max_turns allows, and ended there
+
+    @property
+    def generated(self) -> int:
+        """Tokens the model wrote (tool outputs not counted): the length overlong shaping and the length metrics use."""
+        return len(self.token_ids) if self.from_model is None else sum(self.from_model)
 
 
 @dataclass
@@ -47,7 +72,7 @@ class RolloutBatch:
     attention_mask: torch.Tensor  # [N, L] long
     response_ids: torch.Tensor  # [N, T] long, pad where response_mask is 0
     response_index: torch.Tensor  # [N, T] long, positions of the predicting logits (clamped in padding)
-    response_mask: torch.Tensor  # [N, T] float: 1 on tokens that count (EOS included)
+    response_mask: torch.Tensor  # [N, T] float: 1 on tokens that count (the model's, EOS included; not tool outputs)
     rewards: torch.Tensor  # [N] float
     correct: torch.Tensor  # [N] float, 1 where the verifier said correct
     truncated: torch.Tensor  # [N] bool, finish reason "length"
@@ -83,7 +108,8 @@ class RolloutBatch:
             input_ids[i, : p + r] = torch.tensor(c.prompt_ids + c.token_ids)
             attention_mask[i, : p + r] = 1
             response_ids[i, :r] = torch.tensor(c.token_ids, dtype=torch.long)
-            response_mask[i, :r] = 1.0
+            # tool outputs' tokens are context, not actions: out of the loss, KL, entropy and mismatch checks
+            response_mask[i, :r] = 1.0 if c.from_model is None else torch.tensor(c.from_model, dtype=torch.float32)
             engine_logprobs[i, : len(c.engine_logprobs)] = torch.tensor(c.engine_logprobs)
             starts[i] = p
         response_index = (starts[:, None] - 1 + torch.arange(t_max)[None, :]).clamp(max=width - 1)  # [N, T]

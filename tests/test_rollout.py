@@ -7,7 +7,9 @@ import torch
 from learners import make_learner
 
 from rlvr.models import resolve_model_path
+from rlvr.multiturn import ToolSampler
 from rlvr.rollout import Engine
+from rlvr.tools import ToolResult
 from rlvr.types import RolloutBatch
 
 MODEL = resolve_model_path("builtin:tiny-arith")
@@ -90,3 +92,50 @@ def test_greedy_matches_transformers(engine):
         out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
         expected.append(tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
     assert [c.text for c in engine.greedy(prompt_ids(PROMPTS), max_tokens=8, stop=[])] == expected
+
+
+class DigitTool:
+    """A test tool for the tiny model (which writes digits, never code): a turn that ends in "1" is a call, answered
+    with "<k>+" (k = the answer's earlier calls). It makes real multi-turn answers out of the real engine."""
+
+    name = "digit"
+    stop = ("1",)
+
+    def parse(self, turn: str) -> str | None:
+        return "1" if turn.endswith("1") else None
+
+    def run(self, request: str, earlier: list[str]) -> ToolResult:
+        return ToolResult(f"{len(earlier)}+", "ok", 0.0)
+
+    def format(self, output: str) -> str:
+        return output
+
+
+def test_learner_logprobs_equal_the_engines_on_multi_turn_answers(engine):
+    """Issue 42's token-exactness: answers of several turns (engine tokens, tool outputs, engine tokens again) train on
+    exactly the ids the engine sampled, the outputs' ids between them; the learner's logprobs of the model's tokens
+    equal the engine's within the single-turn tolerance (1e-4, fp32); tool tokens are out of the mask."""
+    learner = make_learner(*FP32_LEARNER)
+    engine.load_weights(learner.named_weights())
+    tools = ToolSampler(engine, [DigitTool()], max_turns=3, output_tokens=4, workers=2)  # type: ignore[list-item]
+    groups = tools.generate(prompt_ids(PROMPTS), n=8, max_tokens=12, temperature=1.0, top_p=1.0, seeds=[5, 6, 7, 8], stop=[])
+    flat = [c for g in groups for c in g]
+    multi = [c for c in flat if c.calls and c.from_model[-1]]  # a call, then the model went on
+    assert len(multi) >= 4, [engine.tokenizer.decode(c.token_ids) for c in flat]
+    batch = RolloutBatch.from_completions(flat, [0.0] * len(flat), [False] * len(flat), pad_id=0)
+    for i, c in enumerate(flat):
+        p = len(c.prompt_ids)
+        assert batch.input_ids[i, p : p + len(c.token_ids)].tolist() == c.token_ids
+        assert len(c.token_ids) <= 12 and c.generated == sum(c.from_model)
+        outputs = engine.tokenizer.decode([t for t, m in zip(c.token_ids, c.from_model) if not m])
+        assert outputs == "".join(f"{k}+" for k in range(len(c.calls)))
+    mine = learner.logprobs(batch)  # [N, T]
+    diff = ((mine - batch.engine_logprobs).abs() * batch.response_mask).max().item()
+    assert diff < 1e-4, diff
+    # the tool's tokens are context the engine never sampled: out of the mask, the learner scores none of them; and a
+    # model token after a tool output, past the count of the row's model tokens, is scored (the learner once cut a row
+    # at its count of mask ones, and its last turn's tokens read 0)
+    tool_tokens = (batch.response_mask == 0) & (batch.response_ids != 0)
+    assert tool_tokens.any() and torch.all(mine[tool_tokens] == 0)
+    late = torch.tensor([[bool(m) and t >= c.generated for t, m in enumerate(c.from_model)] + [False] * (batch.response_mask.shape[1] - len(c.from_model)) for c in flat])
+    assert late.any() and torch.all(mine[late] < 0)

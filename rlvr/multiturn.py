@@ -1,0 +1,240 @@
+"""Answers of several turns (rollout.tools): the driver between the engine and the loop.
+
+An answer is a sequence of segments: the engine's sampled tokens, a tool's output, sampled tokens again. Every row of a
+round advances turn by turn together: one engine call samples the next turn of every row still running; the turn's
+tool calls then run in parallel (rlvr.tools, in the sandbox); rows that finished wait. The answer's ids are the engine's
+ids with each tool output's ids between them, each output encoded once (special-token text in an output is encoded
+as plain text, so a program cannot print an end-of-turn token into the answer); nothing is decoded and encoded again,
+so the learner trains on exactly the ids the engine sampled, with the engine's logprobs. `Completion.from_model` marks
+the model's tokens: tool outputs are context only (out of the loss, KL, entropy, mismatch checks and length counts).
+
+rollout.max_new_tokens bounds the whole answer, tool outputs included, so the engine's context and the learner's
+sequences are as long as without tools (the plan and the sync check need nothing new). An output longer than
+rollout.tool.output_tokens, or than what is left of the answer's budget, is cut with a marker; an answer with no room
+left for even a cut output ends there (finish_reason "length"). A model that asks for one call more than
+rollout.max_turns allows ends its answer at that call's closing fence (`hit_max_turns`).
+
+`ToolSampler` has the engine's `generate` and `greedy`, so the loop's rollout (rlvr.collect) and the evaluation
+(rlvr.evaluation) take either; `sampler(engine, cfg)` gives the engine itself when rollout.tools is empty.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlvr.config import CodeSandbox, Config
+from rlvr.rollout import Engine
+from rlvr.tools import PythonLimits, Tool, ToolResult, build
+from rlvr.types import Completion, ToolCall
+
+MAX_FENCE_TURNS = 16  # turns of one answer ended by a fence that held no call; past it the answer ends there
+CUT_MARKER = "\n[output cut: {shown} of {total} tokens shown]"
+
+
+@dataclass
+class _Answer:
+    """One answer being written: its segments so far and where it stands."""
+
+    prompt_ids: list[int]
+    budget: int  # tokens for the whole answer (rollout.max_new_tokens)
+    seed: int | None  # its continuations' seeds derive from it
+    ids: list[int] = field(default_factory=list)  # sampled and tool-output ids, in order
+    from_model: list[bool] = field(default_factory=list)  # [len(ids)]
+    logprobs: list[float] = field(default_factory=list)  # [len(ids)]: the engine's, 0 on tool tokens
+    text: str = ""  # the model's own text (tool outputs left out)
+    since_call: str = ""  # the model's text since the last tool output: where the next call is looked for
+    calls: list[ToolCall] = field(default_factory=list)
+    stop_string: str | None = None
+    finish: str = "stop"
+    running: bool = True
+    waiting_on: str | None = None  # the tool stop string that ended its last turn
+    fence_turns: int = 0
+    hit_max_turns: bool = False
+
+    @property
+    def left(self) -> int:
+        return self.budget - len(self.ids)
+
+    def end(self, finish: str) -> None:
+        self.finish, self.running, self.waiting_on = finish, False, None
+
+    def take(self, turn: Completion, tool_stops: set[str], user_stops: set[str]) -> None:
+        """Append a turn the engine sampled; decide whether the answer ended or waits on a tool."""
+        n = len(turn.token_ids)
+        self.ids += turn.token_ids
+        self.from_model += [True] * n
+        self.logprobs += list(turn.engine_logprobs[:n]) + [0.0] * (n - len(turn.engine_logprobs[:n]))
+        text = turn.text
+        if turn.stop_string in user_stops and turn.stop_string not in tool_stops and text.endswith(turn.stop_string):
+            text = text[: -len(turn.stop_string)]  # as without tools: a user's stop string is not in the text
+        self.text += text
+        self.since_call += text
+        self.stop_string = turn.stop_string
+        if turn.finish_reason == "length" or self.left <= 0:
+            self.end("length")
+        elif turn.stop_string in tool_stops:
+            self.waiting_on = turn.stop_string
+        else:
+            self.end("stop")
+
+    def add_output(self, ids: list[int]) -> None:
+        self.ids += ids
+        self.from_model += [False] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+        self.since_call = ""
+
+    def completion(self, sampled: bool) -> Completion:
+        return Completion(prompt_ids=self.prompt_ids, token_ids=self.ids, text=self.text, finish_reason=self.finish,
+                          engine_logprobs=self.logprobs if sampled else [], stop_string=self.stop_string,
+                          from_model=self.from_model, calls=tuple(self.calls), hit_max_turns=self.hit_max_turns)  # fmt: skip
+
+
+class ToolSampler:
+    """The engine with tools: `generate` and `greedy` as Engine's, each answer written over several turns."""
+
+    def __init__(self, engine: Engine, tools: list[Tool], *, max_turns: int, output_tokens: int, workers: int) -> None:
+        self.engine = engine
+        self.tools = tools
+        self.max_turns = max_turns
+        self.output_tokens = output_tokens
+        self.workers = workers
+        self.tokenizer = engine.tokenizer
+        self.tool_seconds = 0.0  # wall time spent waiting on tool calls, summed over the sampler's life
+
+    def greedy(self, prompts: list[tuple[int, ...]], *, max_tokens: int, stop: list[str]) -> list[Completion]:
+        return [g[0] for g in self.generate(prompts, n=1, max_tokens=max_tokens, temperature=0.0, top_p=1.0, seeds=None, stop=stop)]
+
+    def generate(
+        self,
+        prompts: list[tuple[int, ...]],
+        *,
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        seeds: list[int] | None,
+        stop: list[str],
+    ) -> list[list[Completion]]:
+        """`n` answers per prompt, as Engine.generate. The first turn is one engine call with the prompts' seeds (as
+        without tools); a continuation's seed derives from (the prompt's seed, the sample, the turn)."""
+        tool_stops = {s for tool in self.tools for s in tool.stop}
+        user_stops = set(stop)
+        stops = list(dict.fromkeys([*stop, *tool_stops]))
+        answers = [[_Answer(list(p), max_tokens, None if seeds is None else seeds[i]) for _ in range(n)]
+                   for i, p in enumerate(prompts)]  # fmt: skip
+        first = self.engine.generate(prompts, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                                     seeds=seeds, stop=stops, keep_stop=True)  # fmt: skip
+        for group, turns in zip(answers, first, strict=True):
+            for answer, turn in zip(group, turns, strict=True):
+                answer.take(turn, tool_stops, user_stops)
+        flat = [(a, j) for group in answers for j, a in enumerate(group)]
+        for turn_number in range(1, 10**9):
+            self._serve_tools([a for a, _ in flat if a.waiting_on is not None])
+            going = [(a, j) for a, j in flat if a.running]
+            if not going:
+                break
+            next_seeds = None if seeds is None else [
+                int(np.random.SeedSequence([a.seed or 0, j, turn_number]).generate_state(1)[0]) & 0x7FFFFFFF for a, j in going
+            ]  # fmt: skip
+            outs = self.engine.generate([tuple(a.prompt_ids + a.ids) for a, _ in going], n=1,
+                                        max_tokens=[a.left for a, _ in going], temperature=temperature, top_p=top_p,
+                                        seeds=next_seeds, stop=stops, keep_stop=True)  # fmt: skip
+            for (answer, _), (turn,) in zip(going, outs, strict=True):
+                answer.take(turn, tool_stops, user_stops)
+        return [[a.completion(sampled=temperature > 0) for a in group] for group in answers]
+
+    def _serve_tools(self, waiting: list[_Answer]) -> None:
+        """Every answer that stopped at a tool's stop string: run its call (all in parallel), append the output; or
+        let it go on (a fence that closed no call), or end it (over max_turns, or no room left)."""
+        jobs: list[tuple[_Answer, Tool, str]] = []
+        for answer in waiting:
+            stop, answer.waiting_on = answer.waiting_on, None
+            found = next(((t, r) for t in self.tools if stop in t.stop for r in [t.parse(answer.since_call)] if r is not None), None)
+            if found is None:
+                answer.fence_turns += 1
+                if answer.fence_turns > MAX_FENCE_TURNS:
+                    answer.end("stop")
+            elif len(answer.calls) >= self.max_turns:
+                answer.hit_max_turns = True
+                answer.end("stop")
+            else:
+                jobs.append((answer, *found))
+        if not jobs:
+            return
+        start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(jobs)))) as pool:
+            results = list(pool.map(lambda job: _call(job[1], job[2], job[0]), jobs))
+        self.tool_seconds += time.monotonic() - start
+        for (answer, tool, request), result in zip(jobs, results, strict=True):
+            ids = self._output_ids(tool, result.output, answer.left)
+            answer.calls.append(ToolCall(tool.name, request, result.output, result.status, result.seconds))
+            if ids is None:  # not even a cut output fits: the answer ends here
+                answer.end("length")
+                continue
+            answer.add_output(ids)
+            if answer.left <= 0:
+                answer.end("length")
+
+    def _output_ids(self, tool: Tool, output: str, left: int) -> list[int] | None:
+        """The ids of the output as the model is shown it, encoded once: cut to rollout.tool.output_tokens and to what
+        is left of the answer's budget (keeping its first tokens, then a marker); None when no cut of it fits."""
+        limit = min(self.output_tokens, left)
+        ids = self._encode(tool.format(output))
+        if len(ids) <= limit:
+            return ids
+        body = self._encode(output)
+        keep = min(len(body), limit)
+        while keep >= 0:
+            shown = self.tokenizer.decode(body[:keep]) + CUT_MARKER.format(shown=keep, total=len(body))
+            ids = self._encode(tool.format(shown))
+            if len(ids) <= limit:
+                return ids
+            keep = min(keep - 1, keep - (len(ids) - limit))
+        return None
+
+    def _encode(self, text: str) -> list[int]:
+        # split_special_tokens: "<|im_end|>" printed by a program is text, not the end-of-turn token (HF tokenizers)
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))  # type: ignore[call-arg]
+
+
+def _call(tool: Tool, request: str, answer: _Answer) -> ToolResult:
+    """One call; a tool that raises costs this answer an error output, never the run."""
+    earlier = [c.request for c in answer.calls if c.tool == tool.name]
+    start = time.monotonic()
+    try:
+        return tool.run(request, earlier)
+    except Exception as e:  # noqa: BLE001  (the user's own tools too: their failure is the model's error output)
+        return ToolResult(f"[{tool.name} failed: {type(e).__name__}: {str(e)[:200]}]", "error", time.monotonic() - start)
+
+
+Sampler = Engine | ToolSampler  # what rlvr.collect and rlvr.evaluation sample from
+
+
+def sampler(engine: Engine, cfg: Config) -> Sampler:
+    """The engine itself (rollout.tools empty: single-turn answers, as always), or the engine with the tools."""
+    r = cfg.rollout
+    if not r.tools:
+        return engine
+    t = r.tool
+    limits = PythonLimits(cpu_s=t.cpu_s, wall_s=t.timeout_s, memory_mb=t.memory_mb, sandbox=t.sandbox is CodeSandbox.bwrap)
+    return ToolSampler(engine, build(list(r.tools), limits), max_turns=r.max_turns, output_tokens=t.output_tokens,
+                       workers=t.workers)  # fmt: skip
+
+
+def metrics(prefix: str, completions: list[Completion]) -> dict[str, float]:
+    """`{prefix}calls_per_answer`, `failed_call_frac` (error, timeout, limit), `max_turns_frac` (answers that asked for
+    more calls than rollout.max_turns), `call_s` (the calls' wall time, summed) and `output_tokens_per_answer`."""
+    calls = [c for answer in completions for c in answer.calls]
+    n = max(len(completions), 1)
+    return {
+        f"{prefix}calls_per_answer": len(calls) / n,
+        f"{prefix}failed_call_frac": sum(c.status != "ok" for c in calls) / max(len(calls), 1),
+        f"{prefix}max_turns_frac": sum(a.hit_max_turns for a in completions) / n,
+        f"{prefix}call_s": sum(c.seconds for c in calls),
+        f"{prefix}output_tokens_per_answer": sum(len(a.token_ids) - a.generated for a in completions) / n,
+    }
+

@@ -1,0 +1,180 @@
+"""Tools the model calls while it answers (rollout.tools). One protocol for every kind: find a call in the turn the
+model just wrote, run it, format its result for the model. rlvr.multiturn drives the turns.
+
+`python`: the model writes a fenced ```python block; the engine stops at its closing fence (PythonTool.STOP); the
+block runs in the sandbox the code verifier uses (rlvr.verifiers.sandbox: bubblewrap, no network, no host files,
+resource limits, seccomp, a wall-clock kill of the whole tree, capped output) and its stdout and stderr come back as a
+```output block, after which the model goes on. Calls in one answer share state as a notebook's cells do: each call
+runs the answer's earlier cells first, in one namespace, with their output discarded (an error in an earlier cell is
+ignored there: the model saw it when that cell ran), then the new cell, whose last expression's value is shown as a
+notebook shows it. Re-running costs the earlier cells' time again (measured in docs/measured/tools.md) and keeps no
+process alive between turns. The sandbox runs the interpreter with its standard library only (no site-packages).
+
+This module imports neither torch nor vllm.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from rlvr.verifiers import sandbox
+
+TOOL_NAMES = ("python",)  # rollout.tools' choices (a closed set: one class each)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    output: str  # what the tool printed (stdout and stderr, in order), before any cut for the token budget
+    status: str  # "ok" | "error" | "timeout" | "limit"
+    seconds: float
+
+
+class Tool(Protocol):
+    name: str
+    stop: tuple[str, ...]  # stop strings that end a turn which may hold a call
+
+    def parse(self, turn: str) -> str | None:
+        """The call in the model's text since the last tool output (it ends at a stop string), or None."""
+
+    def run(self, request: str, earlier: list[str]) -> ToolResult:
+        """Run `request`; `earlier` holds this answer's earlier requests to this tool, in order."""
+
+    def format(self, output: str) -> str:
+        """The text the model is shown after its call."""
+
+
+@dataclass(frozen=True)
+class PythonLimits:
+    cpu_s: float  # CPU seconds of one call (its earlier cells' re-run included)
+    wall_s: float  # wall-clock seconds of one call, sandbox start included
+    memory_mb: int  # address space
+    sandbox: bool  # False: rollout.tool.sandbox=none (the harness's limits and seccomp filter only)
+
+
+# The program the sandbox runs for a call: the cells travel as a repr() literal (never spliced in as code), are parsed
+# and run inside the sandbox, the earlier ones silenced. Names start with _r so that the cells' own rarely clash.
+_CELL = "<cell>"
+_PROGRAM = """\
+import ast as _ra, linecache as _rl, sys as _rs, traceback as _rt
+_rcells = {cells!r}
+_rns = {{"__name__": "__main__", "__builtins__": __builtins__}}
+def _rrun(src, number, show):
+    name = "<cell %d>" % number
+    _rl.cache[name] = (len(src), None, src.splitlines(True), name)
+    tree = _ra.parse(src, name)
+    last = tree.body.pop() if show and tree.body and isinstance(tree.body[-1], _ra.Expr) else None
+    exec(compile(tree, name, "exec"), _rns)
+    if last is not None:
+        value = eval(compile(_ra.Expression(last.value), name, "eval"), _rns)
+        if value is not None:
+            print(repr(value))
+_rout = _rs.stdout
+_rnull = open("/dev/null", "w")
+for _ri, _rc in enumerate(_rcells[:-1]):
+    _rs.stdout = _rs.stderr = _rnull
+    try:
+        _rrun(_rc, _ri + 1, False)
+    except BaseException:
+        pass
+_rs.stdout = _rs.stderr = _rout
+try:
+    _rrun(_rcells[-1], len(_rcells), True)
+except SystemExit:
+    raise
+except BaseException as _re:
+    _rframes = [f for f in _rt.extract_tb(_re.__traceback__) if f.filename.startswith("<cell")]
+    if _rframes:
+        print("Traceback (most recent call last):\\n" + "".join(_rt.format_list(_rframes[-5:])), end="")
+    print("".join(_rt.format_exception_only(type(_re), _re)), end="")
+    _rout.flush()
+    _rs.exit(124 if isinstance(_re, MemoryError) else 1)  # 124: the harness's "memory" exit kind
+"""
+_OPEN_FENCE = re.compile(r"^```(?:python3|python|py)[ \t]*\n", re.MULTILINE)
+_STATUS = {None: "ok", "timeout": "timeout", "memory": "limit"}  # the harness's exit kinds; any other is "error"
+
+
+class PythonTool:
+    """Python in the sandbox, cells sharing state (module docstring)."""
+
+    name = "python"
+    CLOSE = "\n```\n"
+    stop: tuple[str, ...] = (CLOSE,)
+
+    def __init__(self, limits: PythonLimits, output_bytes: int = 1 << 16) -> None:
+        self.limits = limits
+        self.output_bytes = output_bytes  # what the sandbox reads back; the shown output is cut further by tokens
+
+    def parse(self, turn: str) -> str | None:
+        """The code of the python block that the turn closes last: the text after the last opening fence (at the
+        start of a line) up to the closing fence that ends the turn. None when the turn does not end in a closing
+        fence or no python block is open before it (a closed ``` of another language, or an opening bare fence)."""
+        if not turn.endswith(self.CLOSE):
+            return None
+        body = turn[: len(turn) - len(self.CLOSE) + 1]  # keep the newline that ends the code
+        opened = list(_OPEN_FENCE.finditer(body))  # opening fences at the start of a line
+        if not opened:
+            return None
+        code = body[opened[-1].end() :]
+        if "\n```" in "\n" + code:  # that block closed earlier: this fence closes something else
+            return None
+        return code
+
+    def run(self, request: str, earlier: list[str]) -> ToolResult:
+        program = _PROGRAM.format(cells=[*earlier, request])
+        job = {"mode": "stdio", "program": program, "setup": "", "tests": [{"stdin": ""}]}
+        lim = self.limits
+        limits = sandbox.Limits(cpu_s=lim.cpu_s, wall_s=lim.wall_s, memory_bytes=lim.memory_mb << 20,
+                                output_bytes=self.output_bytes)  # fmt: skip
+        start = time.monotonic()
+        try:
+            result = sandbox.run(job, limits, wall_s=lim.wall_s + 1.0, sandbox=lim.sandbox)
+        except (sandbox.SandboxError, OSError) as e:  # the sandbox itself failed: this call's error, not the run's
+            return ToolResult(f"[the tool could not run: {str(e)[:200]}]", "error", time.monotonic() - start)
+        seconds = time.monotonic() - start
+        case = next((e for e in result.events if e[0] == "case" and len(e) == 5), None)
+        if case is None:  # no report: the whole sandbox was killed (wall clock, output) or did not start
+            if result.timed_out:
+                return ToolResult(f"[timed out after {lim.wall_s:g} s]", "timeout", seconds)
+            if any(e[0] == "compile" for e in result.events):  # a syntax error: the harness compiled the program first
+                return ToolResult("[the cell could not be compiled]", "error", seconds)
+            return ToolResult("[the tool gave no result]", "error", seconds)
+        _, _, kind, out, cut = case
+        text = out.encode("latin-1", "replace").decode("utf-8", "replace") if isinstance(out, str) else ""
+        if cut:
+            return ToolResult(text + "\n[output cut: too long]", "limit", seconds)
+        if kind == "timeout":
+            text += f"\n[timed out: a call may take {lim.cpu_s:g} CPU seconds, {lim.wall_s:g} s]"
+        elif kind == "memory":
+            text += f"\n[MemoryError: over {lim.memory_mb} MiB]"
+        return ToolResult(text, _STATUS.get(kind, "error"), seconds)
+
+    def format(self, output: str) -> str:
+        body = output[:-1] if output.endswith("\n") else output
+        return f"```output\n{body}\n```\n"
+
+
+def build(names: list[str], limits: PythonLimits) -> list[Tool]:
+    """The tools rollout.tools names (checked against TOOL_NAMES by rlvr.config)."""
+    return [PythonTool(limits) for name in names if name == "python"]
+
+
+def check(names: list[str], sandboxed: bool) -> None:
+    """Before any model loads: the sandbox the python tool runs in works (ConfigError naming the package or the kernel
+    setting if not); rollout.tool.sandbox=none warns instead."""
+    from rlvr import console
+    from rlvr.config import ConfigError
+
+    if "python" not in names:
+        return
+    if not sandboxed:
+        console.warn("rlvr: warning: rollout.tool.sandbox=none: the model's tool calls run WITHOUT a sandbox, with your "
+                     "rights (only CPU, memory and process limits hold). Use it only where bubblewrap cannot run.")  # fmt: skip
+        return
+    try:
+        sandbox.check()
+    except sandbox.SandboxError as e:
+        raise ConfigError(f"rollout.tools=[python] needs a working sandbox: {e}. (rollout.tool.sandbox=none runs the "
+                          f"calls without one, with your rights.)") from None  # fmt: skip

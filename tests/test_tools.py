@@ -1,0 +1,130 @@
+"""The python tool (rlvr.tools) in the real sandbox, hostile calls included; the tool task (rlvr.tasks.calc); the
+start-up check of the tool's sandbox; special-token text in an output stays text."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import compose_config, requires_sandbox
+
+from rlvr import tools
+from rlvr.config import ConfigError, validate
+from rlvr.multiturn import ToolSampler
+from rlvr.tasks import calc
+from rlvr.verifiers import math as math_verifier
+from rlvr.verifiers import sandbox
+
+LIMITS = tools.PythonLimits(cpu_s=1.0, wall_s=4.0, memory_mb=256, sandbox=True)
+
+
+@pytest.fixture(scope="module")
+def python() -> tools.PythonTool:
+    return tools.PythonTool(LIMITS)
+
+
+@requires_sandbox
+def test_cells_share_state_and_show_the_last_expression(python):
+    result = python.run("y = x * 3\ny", ["x = 4821 * 7393\nprint('earlier output is not shown')", "import math"])
+    assert (result.output, result.status) == ("106924959\n", "ok")
+    assert python.run("print(1)\nNone", []).output == "1\n"  # None is not shown, as in a notebook
+
+
+@requires_sandbox
+def test_an_error_shows_the_cells_traceback_only(python):
+    result = python.run("def f(n):\n    return 1 / n\nf(0)", ["raise ValueError('an earlier error is skipped')"])
+    assert result.status == "error"
+    assert result.output.startswith("Traceback (most recent call last):\n  File \"<cell 2>\", line 3")
+    assert result.output.rstrip().endswith("ZeroDivisionError: division by zero") and "rlvr" not in result.output
+    syntax = python.run("def f(:", [])
+    assert syntax.status == "error" and "SyntaxError" in syntax.output
+
+
+@requires_sandbox
+@pytest.mark.parametrize(
+    "code, status, shown",
+    [
+        ("while True:\n    pass", "timeout", "[timed out"),  # never returns: the CPU limit ends it
+        ("import time\ntime.sleep(60)", "timeout", "[timed out"),  # sleeps: the wall clock ends it
+        ("while True:\n    print('x' * 1000)", "limit", "[output cut"),  # floods its output
+        ("import os\nos.fork()", "error", "PermissionError"),  # forks: refused by the seccomp filter
+        ("x = bytearray(10**9)", "limit", "MemoryError"),  # over its address space
+        ("open('/etc/passwd').read()", "error", "FileNotFoundError"),  # host files are not there
+        ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)", "error", "Error"),  # no network
+        ("for i in range(64):\n    open(f'/tmp/f{i}', 'w').write('x' * (1 << 20))", "error", "No space left"),  # fills /tmp
+        ("f = open('/tmp/big', 'w')\nfor i in range(64):\n    f.write('x' * (1 << 20))", "error", "File too large"),
+    ],
+)
+def test_hostile_calls_are_contained_and_the_answer_goes_on(python, code, status, shown):
+    result = python.run(code, [])
+    assert result.status == status, result
+    assert shown in result.output, result.output
+    assert result.seconds < LIMITS.wall_s + 3
+
+
+@requires_sandbox
+def test_the_tool_runs_the_standard_library_only(python):
+    assert "ModuleNotFoundError" in python.run("import torch", []).output
+    assert python.run("import fractions, itertools\nfractions.Fraction(1, 3) + 1", []).output == "Fraction(4, 3)\n"
+
+
+def test_a_missing_sandbox_is_a_config_error_before_any_model_loads(monkeypatch):
+    def broken() -> None:
+        raise sandbox.SandboxError("bubblewrap (bwrap) is not installed")
+
+    monkeypatch.setattr(sandbox, "check", broken)
+    with pytest.raises(ConfigError, match=r"rollout.tools=\[python\] needs a working sandbox.*rollout.tool.sandbox=none"):
+        tools.check(["python"], sandboxed=True)
+    tools.check([], sandboxed=True)  # no tools: nothing to check
+    tools.check(["python"], sandboxed=False)  # rollout.tool.sandbox=none: warned, not refused
+
+
+def test_tool_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"rollout.tools: unknown tool 'bash'.*\['python'\]"):
+        validate(compose_config("rollout.tools=[bash]"))
+    with pytest.raises(ConfigError, match="rollout.max_turns"):
+        validate(compose_config("rollout.tools=[python]", "rollout.max_turns=0"))
+    assert validate(compose_config("rollout.max_turns=0")).rollout.tools == []  # without tools it is not read
+
+
+def test_special_token_text_in_an_output_stays_text():
+    """A program that prints the end-of-turn token's text cannot end the answer or forge chat structure: the output is
+    encoded with special tokens split into plain text."""
+    from transformers import AutoTokenizer
+
+    from rlvr.models import resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("builtin:tiny-arith"))
+
+    class Holder:
+        tokenizer = tok
+
+    sampler = ToolSampler(Holder(), [], max_turns=1, output_tokens=64, workers=1)  # type: ignore[arg-type]
+    ids = sampler._encode("12<eos>3")
+    assert tok.eos_token_id not in ids and tok.decode(ids) == "12<eos>3"
+
+
+def test_the_tool_task_is_seeded_held_out_and_exact():
+    train, held_out = calc.examples(size=300, eval_size=50, seed=3, options=None)
+    again, _ = calc.examples(size=300, eval_size=50, seed=3, options=None)
+    assert train == again and len(held_out) == 50
+    assert not {e.prompt for e in train} & {e.prompt for e in held_out}
+    for e in train[:30] + held_out:
+        question = e.prompt.removeprefix("What is ").removesuffix("?")
+        if " mod " in question:
+            (base, exponent), modulus = question.split(" mod ")[0].split("^"), question.split(" mod ")[1]
+            assert int(e.answer) == pow(int(base), int(exponent), int(modulus))
+        else:  # products and sums, checked as Python reads them (the task's own arithmetic is exact integers)
+            assert int(e.answer) == eval(question, {"__builtins__": {}})  # noqa: S307 (our own generated digits)
+        assert math_verifier.verify(f"so \\boxed{{{e.answer}}}", e.answer).value == "correct"
+    kinds = {e.prompt.count("+"), " mod " in e.prompt}
+    assert len(kinds) >= 2
+    small, _ = calc.examples(size=10, eval_size=5, seed=0, options={"digits": 2, "kinds": ["product"]})
+    assert all(len(e.prompt.split()[2]) == 2 and "*" in e.prompt for e in small)
+
+
+def test_the_tool_task_names_bad_options():
+    with pytest.raises(ConfigError, match="data.options.digits"):
+        calc.examples(size=10, eval_size=5, seed=0, options={"digits": 9})
+    with pytest.raises(ConfigError, match="unknown option"):
+        calc.examples(size=10, eval_size=5, seed=0, options={"digit": 3})
+    with pytest.raises(ConfigError, match="data.options.kinds"):
+        calc.examples(size=10, eval_size=5, seed=0, options={"kinds": ["division"]})
