@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from digit_tool import DigitTool
 from learners import make_learner
 
 from rlvr.models import resolve_model_path
 from rlvr.multiturn import ToolSampler
 from rlvr.rollout import Engine
-from rlvr.tools import ToolResult
 from rlvr.types import RolloutBatch
 
 MODEL = resolve_model_path("builtin:tiny-arith")
@@ -92,23 +92,6 @@ def test_greedy_matches_transformers(engine):
         out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
         expected.append(tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
     assert [c.text for c in engine.greedy(prompt_ids(PROMPTS), max_tokens=8, stop=[])] == expected
-
-
-class DigitTool:
-    """A test tool for the tiny model (which writes digits, never code): a turn that ends in "1" is a call, answered
-    with "<k>+" (k = the answer's earlier calls). It makes real multi-turn answers out of the real engine."""
-
-    name = "digit"
-    stop = ("1",)
-
-    def parse(self, turn: str) -> str | None:
-        return "1" if turn.endswith("1") else None
-
-    def run(self, request: str, earlier: list[str]) -> ToolResult:
-        return ToolResult(f"{len(earlier)}+", "ok", 0.0)
-
-    def format(self, output: str) -> str:
-        return output
 
 
 def test_learner_logprobs_equal_the_engines_on_multi_turn_answers(engine):
