@@ -226,13 +226,14 @@ def sampler(engine: Engine, cfg: Config) -> Sampler:
 
 
 def metrics(prefix: str, completions: list[Completion]) -> dict[str, float]:
-    """`{prefix}calls_per_answer`, `failed_call_frac` (error, timeout, limit), `max_turns_frac` (answers that asked for
+    """`{prefix}calls_per_answer`, `failed_call_frac` and `failed_calls_per_answer` (error, timeout, limit), `max_turns_frac` (answers that asked for
     more calls than rollout.max_turns), `call_s` (the calls' wall time, summed) and `output_tokens_per_answer`."""
     calls = [c for answer in completions for c in answer.calls]
     n = max(len(completions), 1)
     return {
         f"{prefix}calls_per_answer": len(calls) / n,
         f"{prefix}failed_call_frac": sum(c.status != "ok" for c in calls) / max(len(calls), 1),
+        f"{prefix}failed_calls_per_answer": sum(c.status != "ok" for c in calls) / n,
         f"{prefix}max_turns_frac": sum(a.hit_max_turns for a in completions) / n,
         f"{prefix}call_s": sum(c.seconds for c in calls),
         f"{prefix}output_tokens_per_answer": sum(len(a.token_ids) - a.generated for a in completions) / n,

@@ -69,6 +69,8 @@ PLOTS = (
          (("timing/rollout_s", "-", "rollout"), ("timing/update_s", "--", "update"), ("timing/sync_s", ":", "sync"))),
     Plot("sampling_rounds", "Dynamic-sampling rounds per step", "sampling/rounds", _one("sampling/rounds")),
     Plot("kept_groups", "Kept groups (dynamic sampling)", "sampling/kept_group_frac", _one("sampling/kept_group_frac")),
+    Plot("tool_calls", "Tool calls per answer (rollout.tools)", "calls",
+         (("tools/calls_per_answer", "-", "all calls"), ("tools/failed_calls_per_answer", "--", "failed"))),
 )
 # drawn when evaluations sampled several answers per prompt (eval/pass@k)
 PASS_AT_K = Plot("pass_at_k", "pass@k at the last evaluation", "eval/pass@k", _one("eval/pass@k"), evals=True, x="k")

@@ -71,3 +71,11 @@ def test_rlvr_eval_scores_a_tool_run_with_its_tools(straight, tmp_path):
         assert report["metrics"][key] == last[key], key
     answers = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert any(a["tool_calls"] for a in answers)
+
+
+def test_the_report_plots_tool_calls_per_answer(straight, tmp_path):
+    from rlvr.report import write_report
+
+    files = write_report([straight], tmp_path, "rlvr report")
+    assert tmp_path / "plots" / "tool_calls.png" in files
+    assert 'id="fig-tool_calls"' in (tmp_path / "report.html").read_text()
