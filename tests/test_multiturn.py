@@ -275,3 +275,58 @@ def test_without_tools_the_sampler_is_the_engine_itself():
     assert sampler_for(engine, validate(compose_config())) is engine  # type: ignore[arg-type]
     with_tools = sampler_for(engine, validate(compose_config("rollout.tools=[python]", "rollout.max_turns=3")))  # type: ignore[arg-type]
     assert isinstance(with_tools, ToolSampler) and with_tools.max_turns == 3 and [t.name for t in with_tools.tools] == ["python"]
+
+
+def bpe_tokenizer():
+    """A real byte-level BPE tokenizer (the `tokenizers` library) trained here on a tool-use answer, with merges across
+    what will be segment boundaries: the whole answer, encoded at once, is one token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["```python\nprint(6 * 7)\n```\n```output\n42\n```\nThe answer is 42."] * 50
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<eos>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<unk>")
+
+
+class ScriptedIdsEngine:
+    """A fake engine (unit tests only) that "samples" given token ids turn after turn, with their text and stop string."""
+
+    def __init__(self, tokenizer, turns: list[tuple[list[int], str | None]]) -> None:
+        self.tokenizer, self.turns, self.prompts = tokenizer, list(turns), []
+
+    def generate(self, prompts, *, n, max_tokens, temperature, top_p, seeds, stop, keep_stop=False):
+        ids, stop_string = self.turns.pop(0)
+        self.prompts.append(list(prompts[0]))
+        return [[Completion(list(prompts[0]), ids, self.tokenizer.decode(ids), "stop", [-1.0] * len(ids), stop_string)]]
+
+
+def test_an_answer_whose_text_would_encode_otherwise_trains_on_the_engines_ids():
+    """Issue 42: the engine sampled the turns byte by byte (ids its sampler may well pick), the tool output is encoded
+    once on its own; decoding the answer and encoding it again would give one merged token. The batch holds the
+    engine's ids and the output's, and the next turn was sampled after exactly those ids."""
+    tok = bpe_tokenizer()
+    by_byte = [tok.convert_tokens_to_ids(ch) for ch in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(
+        "```python\nprint(6 * 7)\n```\n")[0][0]]  # fmt: skip  # one id per byte-level character
+    second = tok.encode("The answer is 42.", add_special_tokens=False)
+    engine = ScriptedIdsEngine(tok, [(by_byte, "\n```\n"), (second + [tok.eos_token_id], None)])
+    class Fixed(PythonTool):
+        def run(self, request: str, earlier: list[str]) -> ToolResult:
+            assert request == "print(6 * 7)\n"
+            return ToolResult("42\n", "ok", 0.0)
+
+    fixed = Fixed.__new__(Fixed)
+    s = ToolSampler(engine, [fixed], max_turns=2, output_tokens=64, workers=1)  # type: ignore[arg-type]
+    (c,) = s.generate([(5,)], n=1, max_tokens=100, temperature=1.0, top_p=1.0, seeds=[0], stop=[])[0]
+    output_ids = tok.encode("```output\n42\n```\n", add_special_tokens=False)
+    assert c.token_ids == by_byte + output_ids + second + [tok.eos_token_id]
+    assert engine.prompts[1] == [5, *by_byte, *output_ids]  # turn 2 was sampled after exactly these ids
+    batch = RolloutBatch.from_completions([c], [1.0], [True], pad_id=tok.pad_token_id)
+    assert batch.input_ids[0, 1:].tolist() == c.token_ids
+    text = tok.decode(c.token_ids, skip_special_tokens=True)
+    assert text == "```python\nprint(6 * 7)\n```\n```output\n42\n```\nThe answer is 42."
+    assert tok.encode(text, add_special_tokens=False) != c.token_ids[:-1]  # what re-encoding would have trained on
+    assert len(tok.encode(text, add_special_tokens=False)) == 1
