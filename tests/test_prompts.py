@@ -97,6 +97,23 @@ def test_message_rows_use_their_own_messages():
     assert decode(tok, user_only[0].prompt_ids).startswith("<|im_start|>system\nSys<|im_end|>")
 
 
+def test_the_tool_instruction_ends_the_system_prompt_on_both_paths():
+    """rollout.tool.instruction (with rollout.tools): the system message's last paragraph (chat; a row's own system
+    message too), the paragraph before the prompt (plain); without a system prompt it is the system message."""
+    plain, chat = tokenizer(chat=False), tokenizer(chat=True)
+    out = render(EXAMPLES[:1], plain, data_cfg(system_prompt="Add.", prompt_template="Q: {prompt}"), "Use python.")
+    assert decode(plain, out[0].prompt_ids) == "Add.\n\nUse python.\n\nQ: 12+34="
+    assert decode(plain, render(EXAMPLES[:1], plain, data_cfg(), "Use python.")[0].prompt_ids) == "Use python.\n\n12+34="
+    out = render(EXAMPLES[:1], chat, data_cfg(system_prompt="Be brief."), "Use python.")
+    assert decode(chat, out[0].prompt_ids).startswith("<|im_start|>system\nBe brief.\n\nUse python.<|im_end|>\n<|im_start|>user")
+    out = render(EXAMPLES[:1], chat, data_cfg(), "Use python.")
+    assert decode(chat, out[0].prompt_ids).startswith("<|im_start|>system\nUse python.<|im_end|>")
+    own = ({"role": "system", "content": "S"}, {"role": "user", "content": "U"})
+    out = render([Example("m", "U", "1", messages=own)], chat, data_cfg(), "Use python.")
+    assert decode(chat, out[0].prompt_ids).startswith("<|im_start|>system\nS\n\nUse python.<|im_end|>")
+    assert render(EXAMPLES[:1], chat, data_cfg(), None) == render(EXAMPLES[:1], chat, data_cfg())  # no tools: as before
+
+
 def test_message_rows_need_the_chat_format():
     with pytest.raises(ConfigError, match="prompt m is a list of chat messages.*data.format=plain"):
         render([Example("m", "U", "1", messages=({"role": "user", "content": "U"},))], tokenizer(chat=True),

@@ -157,3 +157,30 @@ def test_a_bf16_learner_and_its_engine_keep_computing_one_policy(rlvr_cli, tmp_p
         assert r["sync/gap"] <= 2 * start and r["sync/moved"] > 0, r
     push = json.loads((out / "settings.json").read_text())["push"]
     assert push["learner_compute"] == "bfloat16" and push["pushed"].startswith("master weights rounded to bfloat16")
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_smollm2_with_the_python_tool_through_the_cli(rlvr_cli, tmp_path):
+    """Issue 42's command at a test's size: SmolLM2 on the built-in tool task with rollout.tools=[python], one step,
+    then `rlvr eval run=` scoring the run's model with its tools. Whether this small model calls the tool at all is
+    its own business (it did in 1 of 16 greedy answers here); the plumbing, the metrics and the records are asserted."""
+    out = tmp_path / "tools"
+    result = rlvr_cli("train", "model=smollm2_135m", "data=calc", "rollout.tools=[python]", "recipe=grpo", "algo.kl_coef=0",
+                      "algo.prompts_per_step=4", "algo.prompts_per_minibatch=4", "trainer.max_steps=1",
+                      "rollout.max_new_tokens=160", "data.eval_size=8", "logger.samples_every=1", "logger.progress=false",
+                      f"trainer.output_dir={out}", cwd=tmp_path, timeout=1500)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tools python, <= 4 calls an answer" in result.stdout
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {"tools/calls_per_answer", "tools/failed_call_frac", "timing/tools_s"} <= set(rows[1])
+    assert rows[1]["response_length/max"] <= 160 and "eval/tool_calls_per_answer" in rows[0]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert all("tool_calls" in s and "You can run Python code" in s["prompt"] for s in samples)
+    for call in (c for s in samples for c in s["tool_calls"]):
+        assert call["tool"] == "python" and call["status"] in ("ok", "error", "timeout", "limit")
+    evaluated = rlvr_cli("eval", f"run={out}", "eval.n=0", f"output_dir={tmp_path / 'eval'}", cwd=tmp_path, timeout=900)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert report["metrics"]["eval/accuracy"] == rows[-1]["eval/accuracy"]
+    assert report["metrics"]["eval/tool_calls_per_answer"] == rows[-1]["eval/tool_calls_per_answer"]
