@@ -167,14 +167,14 @@ def test_smollm2_with_the_python_tool_through_the_cli(rlvr_cli, tmp_path):
     its own business (it did in 1 of 16 greedy answers here); the plumbing, the metrics and the records are asserted."""
     out = tmp_path / "tools"
     result = rlvr_cli("train", "model=smollm2_135m", "data=calc", "rollout.tools=[python]", "recipe=grpo", "algo.kl_coef=0",
-                      "algo.prompts_per_step=4", "algo.prompts_per_minibatch=4", "trainer.max_steps=1",
-                      "rollout.max_new_tokens=160", "data.eval_size=8", "logger.samples_every=1", "logger.progress=false",
+                      "algo.prompts_per_step=2", "algo.prompts_per_minibatch=2", "algo.group_size=4", "trainer.max_steps=1",
+                      "rollout.max_new_tokens=128", "data.eval_size=4", "logger.samples_every=1", "logger.progress=false",
                       f"trainer.output_dir={out}", cwd=tmp_path, timeout=1500)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tools python, <= 4 calls an answer" in result.stdout
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {"tools/calls_per_answer", "tools/failed_call_frac", "timing/tools_s"} <= set(rows[1])
-    assert rows[1]["response_length/max"] <= 160 and "eval/tool_calls_per_answer" in rows[0]
+    assert rows[1]["response_length/max"] <= 128 and "eval/tool_calls_per_answer" in rows[0]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert all("tool_calls" in s and "You can run Python code" in s["prompt"] for s in samples)
     for call in (c for s in samples for c in s["tool_calls"]):
