@@ -1,5 +1,7 @@
 """Evaluation on held-out prompts: greedy accuracy and, over eval.n sampled answers per prompt, mean@n and unbiased
-pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation, no-answer and verifier-timeout rates.
+pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation, no-answer and verifier-timeout rates;
+for a verifier with details (code), the share of each detail (`eval/detail/<detail>`, `eval/sampled_detail/<detail>`),
+as training steps split `reward/detail/<detail>`.
 
 Training's evaluations (trainer.eval_every) and `rlvr eval` (rlvr.eval_command) run this same `evaluate`, so evaluating a
 checkpoint reproduces the eval/accuracy its run logged at that step. Under torchrun each engine takes a strided share
@@ -49,6 +51,7 @@ class Scored:
     timeout: bool  # the verifier gave up (Outcome.TIMEOUT): neither the model's answer nor its absence was judged
     tokens: int
     truncated: bool
+    detail: str | None = None  # the verifier's detail (code: passed, wrong_answer, timeout, ...); None without one
 
 
 def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
@@ -60,20 +63,23 @@ def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
             **split_lengths(f"{prefix}_", [s.tokens for s in scored], [s.correct for s in scored])}  # fmt: skip
 
 
-def rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
-    """The shares of answers without a readable answer, whose verifier gave up, and cut off at the token limit."""
+def rates(prefix: str, scored: list[Scored], details: tuple[str, ...] = ()) -> dict[str, float]:
+    """The shares of answers without a readable answer, whose verifier gave up, and cut off at the token limit; and of
+    each of the verifier's `details` (`<prefix>detail/<detail>`)."""
     return {
         f"{prefix}no_answer_frac": sum(s.no_answer for s in scored) / len(scored),
         f"{prefix}timeout_frac": sum(s.timeout for s in scored) / len(scored),
         f"{prefix}truncated_frac": sum(s.truncated for s in scored) / len(scored),
+        **{f"{prefix}detail/{d}": sum(s.detail == d for s in scored) / len(scored) for d in details},
     }
 
 
-def summarize(greedy: list[Scored], sampled: list[list[Scored]]) -> dict[str, float]:
-    """The eval/* metrics of a held-out set: `greedy` has one answer per prompt; `sampled` n per prompt, or is empty."""
+def summarize(greedy: list[Scored], sampled: list[list[Scored]], details: tuple[str, ...] = ()) -> dict[str, float]:
+    """The eval/* metrics of a held-out set: `greedy` has one answer per prompt; `sampled` n per prompt, or is empty;
+    `details`: the verifier's details, whose shares are split out (rates)."""
     metrics = {
         "eval/accuracy": sum(s.correct for s in greedy) / len(greedy),
-        **rates("eval/", greedy),
+        **rates("eval/", greedy, details),
         **length_stats("eval/response_length", greedy),
     }
     if sampled:
@@ -83,7 +89,7 @@ def summarize(greedy: list[Scored], sampled: list[list[Scored]]) -> dict[str, fl
         for k in k_values(n):
             metrics[f"eval/pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct) / len(sampled)
         flat = [s for answers in sampled for s in answers]
-        metrics.update(rates("eval/sampled_", flat))
+        metrics.update(rates("eval/sampled_", flat, details))
         metrics.update(length_stats("eval/sampled_response_length", flat))
     return metrics
 
@@ -109,9 +115,10 @@ def evaluate(
         sampled = engine.generate(prompts, n=e.n, max_tokens=r.max_new_tokens, temperature=e.temperature,
                                   top_p=e.top_p, seeds=seeds, stop=r.stop)  # fmt: skip
     flat = greedy + [c for answers in sampled for c in answers]
-    results = rewarder.judge([c.text for c in flat], [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)])
+    answers = [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)]
+    results, details = rewarder.judge([c.text for c in flat], answers)
     scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, len(c.token_ids),
-                     c.finish_reason == "length") for c, res in zip(flat, results)]  # fmt: skip
+                     c.finish_reason == "length", detail) for c, res, detail in zip(flat, results, details)]  # fmt: skip
     local = {"places": places, "greedy": scored[: len(mine)],
              "sampled": [scored[len(mine) + i * e.n : len(mine) + (i + 1) * e.n] for i in range(len(mine))]}  # fmt: skip
     if every_row:
@@ -123,7 +130,7 @@ def evaluate(
         joined = [x for share in shares for x in share[key]]
         return [joined[i] for i in order]
 
-    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [])
+    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [], rewarder.details)
     if every_row:
         return metrics, [row for rows in in_order("rows") for row in rows]
     n = cfg.logger.num_samples

@@ -282,6 +282,40 @@ def test_rewarder_scores_code_and_counts_each_detail():
     assert set(code.DETAILS) <= {k.removeprefix("reward/detail/") for k in m}
 
 
+def test_evaluation_splits_eval_by_the_code_verifiers_details():
+    """rlvr eval and training's evaluations (rlvr.evaluation) count each detail, as training steps count reward/detail."""
+    from rlvr.evaluation import evaluate
+    from rlvr.types import Example
+
+    programs = {0: "def add(a, b):\n    return a + b", 1: "def add(a, b)\n", 2: "def add(a, b):\n    while True: pass"}
+
+    class Engine:  # prompt i answers programs[i % 3] greedily; sampled answers: the right program, then no code
+        class tokenizer:  # noqa: N801 (the engine's attribute)
+            @staticmethod
+            def decode(ids, skip_special_tokens=False):
+                return ""
+
+        def greedy(self, prompts, *, max_tokens, stop):
+            return [completion(fenced(programs[p[0] % 3])) for p in prompts]
+
+        def generate(self, prompts, *, n, max_tokens, temperature, top_p, seeds, stop):
+            return [[completion(fenced(programs[0])), completion("no code")] for _ in prompts]
+
+    cfg = make_cfg("reward.verifier=code", "reward.workers=1", "eval.n=2", "reward.timeout_s=4",
+                   "reward.code.time_limit_s=0.5")  # fmt: skip
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
+    examples = [Example(id=str(i), prompt="", answer=ADD, prompt_ids=(i,)) for i in range(6)]
+    try:
+        metrics, _ = evaluate(Engine(), examples, rewarder, cfg, None)
+    finally:
+        rewarder.close()
+    third, half = pytest.approx(1 / 3), pytest.approx(0.5)
+    assert {k: v for k, v in metrics.items() if "detail/" in k and v} == {
+        "eval/detail/passed": third, "eval/detail/compile_error": third, "eval/detail/timeout": third,
+        "eval/sampled_detail/passed": half, "eval/sampled_detail/no_code": half}  # fmt: skip
+    assert {f"eval/detail/{d}" for d in code.DETAILS} <= set(metrics) and metrics["eval/accuracy"] == third
+
+
 def test_partial_credit_is_the_share_of_tests_passed():
     cfg = make_cfg("reward.verifier=code", "reward.workers=0", "reward.partial=true")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
@@ -302,7 +336,7 @@ def test_sandbox_none_runs_without_bubblewrap_and_warns(monkeypatch, capsys):
     cfg = make_cfg("reward.verifier=code", "reward.workers=0", "reward.code.sandbox=none")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
     assert "WITHOUT a sandbox" in capsys.readouterr().err
-    assert rewarder.judge([fenced("def add(a, b):\n    return a + b")], [ADD]) == [Outcome.CORRECT]
+    assert rewarder.judge([fenced("def add(a, b):\n    return a + b")], [ADD]) == ([Outcome.CORRECT], ["passed"])
 
 
 @pytest.mark.parametrize("override, says", [
