@@ -559,6 +559,8 @@ BOMBS = {  # name -> (the attack, run before add is defined; the detail; judge's
     "c_recursion_segfault": ("import sys\nsys.setrecursionlimit(10**6)\nclass A:\n"
                              "    def __getattr__(self, name):\n        return getattr(self, name)\nA().x",
                              "runtime_error", {}),  # fmt: skip
+    "python_recursion_bomb": ("import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1) + 1\nf(0)",
+                              "runtime_error", {}),  # fmt: skip
 }
 
 
@@ -572,6 +574,60 @@ def test_bombs_get_their_detail_in_bounded_time_and_spare_the_host(name: str, mo
     assert elapsed < bound(options)
     assert abs(tmp_free() - free) < 32 << 20  # nothing reached the host's disk
     assert mem_available() > memory - (1 << 30)  # nor stayed in its memory
+
+
+INODE_BOMBS = {  # what costs a tmpfs no bytes: empty files, folders, links
+    "empty_files": "open(f'/tmp/e{i}', 'w').close()",
+    "folders": "os.mkdir(f'/tmp/d{i}')",
+    "symlinks": "os.symlink('/tmp', f'/tmp/l{i}')",
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the file cap is mounted by the harness where rlvr runs as root")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(INODE_BOMBS))
+def test_many_empty_files_end_at_the_file_cap_not_the_cpu_limit(name: str, mode: str) -> None:
+    attack = f"import os\nmade = 0\ntry:\n    for i in range(10**7):\n        {INODE_BOMBS[name]}\n        made += 1\n" \
+             f"except OSError as e:\n    stop = e.errno\n"
+    cap = Limits().tmp_inodes
+    solve = f"def add(a, b):\n    return a + b if stop == 28 and {cap // 2} < made < {cap} else -made\n"  # ENOSPC
+    verdict, elapsed = judged(*in_mode(mode, attack, solve), **FAST)  # 10**7 would take far past FAST's 1 s of CPU
+    assert (verdict.outcome, verdict.detail) == (C, "passed")
+    assert elapsed < bound(FAST)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_mount_table_names_no_host_path(mode: str) -> None:
+    attack = """
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+mounts = "".join(read(p) for p in ("/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/mountinfo", "/etc/mtab"))
+"""
+    verdict, _ = judged(*in_mode(mode, attack, "def add(a, b):\n    return a + b if mounts == '' else mounts\n"))
+    assert (verdict.outcome, verdict.detail) == (C, "passed")
+
+
+def test_a_recursion_bomb_stops_at_the_capped_limit() -> None:
+    program = """
+import sys
+sys.setrecursionlimit(10**6)
+def deepest(n=0):
+    try:
+        return deepest(n + 1)
+    except RecursionError:
+        return n
+def depth():
+    return deepest()
+"""
+    cap = Limits().recursion
+    verdict, _ = judged(program, {"tests": [{"assert": f"assert {cap // 2} < depth() < {cap}"}]})
+    assert (verdict.outcome, verdict.detail) == (C, "passed")  # not 10**6 deep after a second or more of CPU
+    verdict, _ = judged(program + "sys.setrecursionlimit(3000)\n", {"tests": [{"assert": "assert 2000 < depth() < 3000"}]})
+    assert (verdict.outcome, verdict.detail) == (C, "passed")  # a lower limit is the program's to set
 
 
 RETURNED = {  # a hostile value returned to a value site -> the detail

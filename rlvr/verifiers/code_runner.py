@@ -140,6 +140,39 @@ def confine(limits, seccomp):
         raise OSError(ctypes.get_errno(), "seccomp")
 
 
+def scratch(limits):
+    """As root in the sandbox's user namespace (before becoming `nobody`): a tmpfs of our own over bubblewrap's /tmp,
+    capped in bytes and in files (nr_inodes, which bubblewrap cannot set), and the working folder moved onto it."""
+    import ctypes
+
+    options = f"size={limits['tmp_bytes']},nr_inodes={limits['tmp_inodes']},mode=1777".encode()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, options) != 0:  # MS_NOSUID | MS_NODEV
+        raise OSError(ctypes.get_errno(), "mount /tmp")
+    os.chdir("/tmp")
+    forget_ctypes()
+
+
+def forget_ctypes():
+    """Drop ctypes from sys.modules once the harness is done with it: a program's `import ctypes` then goes through
+    the import system, where the audit hook (functions) refuses it."""
+    for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
+        del sys.modules[name]
+
+
+def cap_recursion(limit):
+    """sys.setrecursionlimit clamped to `limit`: Python frames live on the heap, so a program that sets 10**6 and
+    recurses without end ran for seconds (a timeout, or not, by the machine's load) before its RecursionError; at
+    `limit` it is a crash within ~0.5 s of CPU. (A program can find the original through the wrapper; it only makes
+    its own bomb slower.)"""
+    setlimit = sys.setrecursionlimit
+
+    def setrecursionlimit(n):
+        setlimit(min(n, limit) if _type(n) is int else n)  # the builtin's own errors for anything else
+
+    sys.setrecursionlimit = setrecursionlimit
+
+
 def kind_of(error):
     """What an exception says about the program: "memory" for MemoryError, "timeout" for TestTimeout, else its class
     name."""
@@ -157,6 +190,7 @@ def run_functions(job):
         send("compile", f"{_type(e).__name__}: {e}"[:300])
         return
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    cap_recursion(job["limits"]["recursion"])
     _signal.signal(_signal.SIGVTALRM, _out_of_time)
     sys.addaudithook(_refuse_introspection)
     try:
@@ -255,6 +289,7 @@ def _child(code, limits, seccomp, stdin, out, spare):
             os.close(fd)
         sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
         sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+        cap_recursion(limits["recursion"])
         confine(limits, seccomp)
     except BaseException:  # noqa: B036
         os._exit(125)
@@ -329,6 +364,7 @@ def _exit_kind(status, cpu, cpu_limit):
 def main(job):
     global _OUT
     if job["uid"] is not None:  # rlvr runs as root: become an unprivileged user, so that RLIMIT_NPROC holds
+        scratch(job["limits"])
         os.setgroups([])
         os.setgid(job["uid"])
         os.setuid(job["uid"])

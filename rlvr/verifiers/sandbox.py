@@ -4,12 +4,16 @@
 
 Layers, outermost first:
 1. bubblewrap (Debian's `bubblewrap`, a maintained tool; not hand-made namespaces): new user, PID, network, IPC, UTS
-   and cgroup namespaces; no network but a loopback of its own; its own /proc (no host process is visible or can be
-   signalled); a read-only view of only the interpreter's files and the system libraries it links (no /etc, /home,
-   /root, /work, host /tmp), with the root and /dev read-only; a fresh size-capped tmpfs /tmp as the only writable
-   folder and the working one; no home; a clean environment; a new terminal session; killed with its parent. When
-   rlvr runs as root, the sandbox joins a user namespace of its own (root_user_namespace) and the harness becomes
-   `nobody` there: the kernel exempts uid 0 from RLIMIT_NPROC.
+   and cgroup namespaces; no network but a loopback of its own; no /proc at all (no process, descriptor, memory map or
+   mount table is there to read: /proc/self/mountinfo would name the host's folders and devices, which bubblewrap's
+   bind mounts cannot hide); a read-only view of only the interpreter's files and the system libraries it links (no
+   /etc, /home, /root, /work, host /tmp), with the root and /dev read-only; a fresh size-capped tmpfs /tmp as the only
+   writable folder and the working one; no home; a clean environment; a new terminal session; killed with its parent.
+   When rlvr runs as root, the sandbox joins a user namespace of its own (root_user_namespace) and the harness becomes
+   `nobody` there: the kernel exempts uid 0 from RLIMIT_NPROC. Before it does, it mounts its own /tmp over
+   bubblewrap's with a cap on files as well as bytes (tmp_inodes: bubblewrap cannot set a tmpfs's nr_inodes, and a
+   tmpfs counts no bytes for an empty file); as another user the harness has no right to mount, and /tmp keeps
+   bubblewrap's byte cap only.
 2. The harness (rlvr/verifiers/code_runner.py) sets resource limits (CPU seconds, address space, file size, open files,
    threads, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create processes and
    namespaces (fork, vfork, clone without CLONE_THREAD, clone3, unshare, setns), before any model code runs.
@@ -67,6 +71,8 @@ class Limits:
     processes: int = 64  # threads (new processes are refused by the seccomp filter)
     output_bytes: int = 1 << 16  # stdout read back per stdio case / per run
     tmp_bytes: int = 16 << 20  # the writable working folder (a tmpfs)
+    tmp_inodes: int = 10_000  # files, folders and links it may hold (where rlvr runs as root: the module docstring)
+    recursion: int = 200_000  # the highest sys.setrecursionlimit a program gets: a recursion bomb ends in ~0.5 s of CPU
     int_digits: int = 4300  # sys.set_int_max_str_digits: Python's own default, so str() of a huge int fails fast
 
 
@@ -174,7 +180,7 @@ def bwrap_argv(limits: Limits, seccomp_fd: int | None, userns_fd: int | None) ->
             argv += [*_open_parents(lib), "--ro-bind", lib, lib]
     for folder in python_paths:
         argv += [*_open_parents(folder), "--ro-bind", folder, folder]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+    argv += ["--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
              "--remount-ro", "/", "--remount-ro", "/dev",  # only the capped /tmp is writable (bwrap's own are not capped)
              "--chdir", "/tmp", "--", python, "-I", "-S", "-B", "-c", BOOT]  # fmt: skip
     return argv
