@@ -14,9 +14,11 @@ Layers, outermost first:
    bubblewrap's with a cap on files as well as bytes (tmp_inodes: bubblewrap cannot set a tmpfs's nr_inodes, and a
    tmpfs counts no bytes for an empty file); as another user the harness has no right to mount, and /tmp keeps
    bubblewrap's byte cap only.
-2. The harness (rlvr/verifiers/code_runner.py) sets resource limits (CPU seconds, address space, file size, open files,
-   threads, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create processes and
-   namespaces (fork, vfork, clone without CLONE_THREAD, clone3, unshare, setns), before any model code runs.
+2. The harness (rlvr/verifiers/code_runner.py) forks the process that runs the model's code (the program's, or each
+   stdin/stdout case's), which closes the events' descriptor, sets resource limits (CPU seconds, address space, file
+   size, open files, threads, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create
+   processes and namespaces (fork, vfork, clone without CLONE_THREAD, clone3, unshare, setns), before any model code
+   runs; the harness, which judges the functions tests apart from the program, confines itself the same way.
 3. Here: a wall-clock kill of the whole sandbox (its process group; the PID namespace takes every process in it
    along), and caps on the bytes read back from it (events, stdout, stderr), past which it is killed.
 
@@ -203,22 +205,19 @@ def run(job: dict, limits: Limits, *, wall_s: float, sandbox: bool = True) -> Ru
     `wall_s` passes, or it sends more than the caps allow; then kill everything it started. `sandbox=False` runs
     the harness without bubblewrap (reward.code.sandbox=none: the harness's own limits and filter still apply)."""
     read_end, write_end = os.pipe()
-    # the functions harness runs under bubblewrap's filter; stdio's harness forks each case, which installs it itself
-    by_bwrap = sandbox and job["mode"] == "functions"
+    # the harness forks the program's process (functions) or each case's (stdio), which installs the filter itself
     userns = root_user_namespace() if sandbox else None
-    job = {**job, "limits": asdict(limits), "seccomp": None if by_bwrap else seccomp_filter(), "events_fd": write_end,
+    job = {**job, "limits": asdict(limits), "seccomp": seccomp_filter(), "events_fd": write_end,
            "uid": None if userns is None else SANDBOX_UID}  # fmt: skip
     stdin = _memfd(_boot_input(job))
-    seccomp = _memfd(seccomp_filter()) if by_bwrap else None
-    fds = tuple(fd for fd in (write_end, seccomp, userns) if fd is not None)
+    fds = tuple(fd for fd in (write_end, userns) if fd is not None)
     try:
-        argv = bwrap_argv(limits, seccomp, userns) if sandbox else [interpreter()[0], "-I", "-S", "-B", "-c", BOOT]
+        argv = bwrap_argv(limits, None, userns) if sandbox else [interpreter()[0], "-I", "-S", "-B", "-c", BOOT]
         proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds,
                                 start_new_session=True, env={} if sandbox else _clean_env(), cwd="/")  # fmt: skip
     finally:
-        for fd in (write_end, stdin, seccomp):
-            if fd is not None:
-                os.close(fd)
+        for fd in (write_end, stdin):
+            os.close(fd)
     start = time.monotonic()
     try:
         result = _read(proc, read_end, limits, start + wall_s)
