@@ -28,7 +28,11 @@ Where a verdict comes from: never from the program's exit status or its own prin
   of built-in values, in a process apart from the program's: the test code runs in the harness, the program in a
   process it forked, which has no descriptor but its pipes to the harness; each call into the program comes back as
   a value in the strict encoding (or a handle to an object without one). What the program writes anywhere it can
-  reach changes only what its own functions return. They are counted in `reward/detail/inner_checks`.
+  reach changes only what its own functions return. They are counted in `reward/detail/inner_checks`. An object that
+  is not a plain value (an instance of the program's class, a Counter, a Fraction) stays in the program's process:
+  the tests call it, iterate it, index it, read its attributes and str() it there; it equals another of the
+  program's objects when its __eq__ says exactly True, never an object the test built, and `isinstance(x,
+  TheProgramsClass)` is not available to the tests. A test that passes the program a function of its own fails.
 - A test passes only when the harness reports it finished without an exception, every value matched, every truth
   held, and every assert was reached at least once (a skipped line is not a pass). Before the program runs, its
   process installs an audit hook that refuses trace and profile functions, the garbage collector's object
