@@ -162,12 +162,13 @@ def write(out: Path, report: dict[str, Any], rows: list[dict[str, Any]]) -> None
 
 def summary(report: dict[str, Any]) -> str:
     """The metrics as a person reads them, one per line; the verifier's timeout shares only where it gave up on some
-    answer, with a line saying what that means."""
+    answer, with a line saying what that means; the shares of its details (code) only where above zero."""
     e = report["eval"]
     what = "greedy" + (f" + {e['n']} samples each (temperature {e['temperature']}, top_p {e['top_p']})" if e["n"] else "")
     lines = [f"rlvr eval: {report['model']}: {report['prompts']} held-out prompts, {what}, {report['seconds']:.1f} s"]
     metrics = report["metrics"]
-    lines += [f"  {key:<44} {value:.4f}" for key, value in metrics.items() if value or not key.endswith("timeout_frac")]
+    shown = [(key, value) for key, value in metrics.items() if value or not (key.endswith("timeout_frac") or "detail/" in key)]
+    lines += [f"  {key:<44} {value:.4f}" for key, value in shown]
     if any(value for key, value in metrics.items() if key.endswith("timeout_frac")):
         lines.append("  timeout_frac: answers the verifier gave up on (its work budget or reward.timeout_s ran out), "
                      "scored as reward.timed_out, not judged")  # fmt: skip

@@ -1,5 +1,7 @@
 """Evaluation on held-out prompts: greedy accuracy and, over eval.n sampled answers per prompt, mean@n and unbiased
-pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation, no-answer and verifier-timeout rates.
+pass@k; response lengths (mean, p50, p95; correct vs incorrect), truncation, no-answer and verifier-timeout rates;
+for a verifier with details (code), the share of each detail (`eval/detail/<detail>`, `eval/sampled_detail/<detail>`),
+as training steps split `reward/detail/<detail>`.
 
 Training's evaluations (trainer.eval_every) and `rlvr eval` (rlvr.eval_command) run this same `evaluate`, so evaluating a
 checkpoint reproduces the eval/accuracy its run logged at that step. Under torchrun each engine takes a strided share
@@ -49,6 +51,7 @@ class Scored:
     timeout: bool  # the verifier gave up (Outcome.TIMEOUT): neither the model's answer nor its absence was judged
     tokens: int  # the model's own (tool outputs not counted)
     truncated: bool
+    detail: str | None = None  # the verifier's detail (code: passed, wrong_answer, timeout, ...); None without one
     calls: int = 0  # tool calls (rollout.tools)
     failed_calls: int = 0  # of them: error, timeout, limit
 
@@ -62,12 +65,14 @@ def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
             **split_lengths(f"{prefix}_", [s.tokens for s in scored], [s.correct for s in scored])}  # fmt: skip
 
 
-def rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
-    """The shares of answers without a readable answer, whose verifier gave up, and cut off at the token limit."""
+def rates(prefix: str, scored: list[Scored], details: tuple[str, ...] = ()) -> dict[str, float]:
+    """The shares of answers without a readable answer, whose verifier gave up, and cut off at the token limit; and of
+    each of the verifier's `details` (`<prefix>detail/<detail>`)."""
     return {
         f"{prefix}no_answer_frac": sum(s.no_answer for s in scored) / len(scored),
         f"{prefix}timeout_frac": sum(s.timeout for s in scored) / len(scored),
         f"{prefix}truncated_frac": sum(s.truncated for s in scored) / len(scored),
+        **{f"{prefix}detail/{d}": sum(s.detail == d for s in scored) / len(scored) for d in details},
     }
 
 
@@ -78,12 +83,14 @@ def tool_rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
             f"{prefix}tool_failed_call_frac": sum(s.failed_calls for s in scored) / max(calls, 1)}  # fmt: skip
 
 
-def summarize(greedy: list[Scored], sampled: list[list[Scored]], tools: bool = False) -> dict[str, float]:
+def summarize(
+    greedy: list[Scored], sampled: list[list[Scored]], details: tuple[str, ...] = (), tools: bool = False
+) -> dict[str, float]:
     """The eval/* metrics of a held-out set: `greedy` has one answer per prompt; `sampled` n per prompt, or is empty;
-    with `tools`, the tool-call rates too."""
+    `details`: the verifier's details, whose shares are split out (rates); with `tools`, the tool-call rates too."""
     metrics = {
         "eval/accuracy": sum(s.correct for s in greedy) / len(greedy),
-        **rates("eval/", greedy),
+        **rates("eval/", greedy, details),
         **length_stats("eval/response_length", greedy),
         **(tool_rates("eval/", greedy) if tools else {}),
     }
@@ -94,7 +101,7 @@ def summarize(greedy: list[Scored], sampled: list[list[Scored]], tools: bool = F
         for k in k_values(n):
             metrics[f"eval/pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct) / len(sampled)
         flat = [s for answers in sampled for s in answers]
-        metrics.update(rates("eval/sampled_", flat))
+        metrics.update(rates("eval/sampled_", flat, details))
         metrics.update(length_stats("eval/sampled_response_length", flat))
         metrics.update(tool_rates("eval/sampled_", flat) if tools else {})
     return metrics
@@ -121,10 +128,11 @@ def evaluate(
         sampled = engine.generate(prompts, n=e.n, max_tokens=r.max_new_tokens, temperature=e.temperature,
                                   top_p=e.top_p, seeds=seeds, stop=r.stop)  # fmt: skip
     flat = greedy + [c for answers in sampled for c in answers]
-    results = rewarder.judge([c.text for c in flat], [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)])
+    answers = [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)]
+    results, details = rewarder.judge([c.text for c in flat], answers)
     scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, c.generated,
-                     c.finish_reason == "length", len(c.calls), sum(call.status != "ok" for call in c.calls))
-              for c, res in zip(flat, results)]  # fmt: skip
+                     c.finish_reason == "length", detail, len(c.calls), sum(call.status != "ok" for call in c.calls))
+              for c, res, detail in zip(flat, results, details)]  # fmt: skip
     local = {"places": places, "greedy": scored[: len(mine)],
              "sampled": [scored[len(mine) + i * e.n : len(mine) + (i + 1) * e.n] for i in range(len(mine))]}  # fmt: skip
     if every_row:
@@ -136,7 +144,7 @@ def evaluate(
         joined = [x for share in shares for x in share[key]]
         return [joined[i] for i in order]
 
-    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [], tools=bool(r.tools))
+    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [], rewarder.details, tools=bool(r.tools))
     if every_row:
         return metrics, [row for rows in in_order("rows") for row in rows]
     n = cfg.logger.num_samples

@@ -126,9 +126,11 @@ class Rewarder:
         rlvr.gold; None for a user reward.fn, whose answers rlvr cannot write."""
         return None if self._gold is None else load_function(self._gold)
 
-    def judge(self, texts: list[str], answers: list[str]) -> list[Result]:
-        """The primary verifier's results alone (evaluation)."""
-        return self._unpack(self.primary.score(list(zip(texts, answers)))[0])[0]
+    def judge(self, texts: list[str], answers: list[str]) -> tuple[list[Result], list[str | None]]:
+        """The primary verifier's results alone (evaluation), and each answer's detail (one of `details`; None for a
+        verifier without details, or an answer its worker did not judge)."""
+        scored = self.primary.score(list(zip(texts, answers)))[0]
+        return self._unpack(scored)[0], [s.detail if isinstance(s, Verdict) else None for s in scored]
 
     def extract(self, text: str) -> str | None:
         """The answer the verifier reads in a completion (None: none found, or a user function that does not say)."""

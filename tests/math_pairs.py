@@ -109,6 +109,26 @@ PROSE = [
     (f"So the total is ${B}{{40}}$. To double-check, the final answer is consistent: $8 \\cdot 5 = 40$.", "40", C),
     (f"The answer is ${B}{{7}}$. Let me verify: the answer is correct since $7 + 3 = 10$.", "7", C),
 ]
+# A final-answer sentence whose subject "is" the value: the Minerva line with a noun phrase before "is", and the
+# Qwen-Math "Final Answer" heading with \\( \\) math; a hedge, a supposition or a take-back is not credited
+SENTENCES = [
+    ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120", C),
+    ("Final Answer: The volume of the box is $120$ cubic inches. I hope it is correct.", "120", C),
+    ("Final Answer: The largest possible value of $k$ is $\\frac{7}{3}$. I hope it is correct.", "\\frac73", C),
+    ("Final Answer: The number of ordered pairs $(a, b)$ is 6. I hope it is correct.", "6", C),
+    ("Final Answer: The sum of the roots of $x^2-5x+6=0$ is $5$. I hope it is correct.", "5", C),
+    ("Final Answer: The distance from $P$ to the line, in units, is $\\sqrt{13}$. I hope it is correct.", "\\sqrt{13}", C),
+    ("Final Answer: The remainder when $2^{100}$ is divided by 7 is 2. I hope it is correct.", "2", C),
+    ("Final Answer: The sum of the roots of $x^2-5x+6=0$ is $5$. I hope it is correct.", "6", I),
+    ("**Final Answer**\n\nThe smallest positive integer $n$ is \\(12\\).", "12", C),
+    ("### Final Answer\nThe probability that both draws are red is \\(\\frac{3}{10}\\).", "0.3", C),
+    ("**Final Answer:** The value of $a+b$ is \\(-4\\).", "-4", C),
+    ("Final Answer: The largest $n$ is probably $34$. I hope it is correct.", "34", I),
+    ("Final Answer: If $n$ is 34, the sum is 595.", "34", I),
+    ("Final Answer: The largest $n$ is 34, not 35.", "35", I),
+    ("Final Answer: $n = 6$, so the sum is 21.", "21", I),
+    (f"So $n = {B}{{34}}$.\n\nFinal Answer: see above", "34", C),
+]
 # Correct answers whose symbolic check is heavier (they needed 0.1-0.6 s against the old wall-clock deadline)
 HEAVY = [
     (f"{B}{{\\left(-\\infty, -\\frac{{1}}{{2}}\\right) \\cup \\left(\\frac{{1}}{{3}}, \\infty\\right)}}",
@@ -119,4 +139,4 @@ HEAVY = [
     (f"{B}{{\\tan\\frac{{\\pi}}{{8}}}}", "\\sqrt{2}-1", C),
     (f"{B}{{\\frac{{3\\sqrt{{5}}+\\sqrt{{45}}}}{{2}}}}", "3\\sqrt{5}", C),
 ]
-PAIRS = SEVERAL_BOXES + STATED + NUMBERS + SYMBOLIC + OTHER + PROSE + HEAVY
+PAIRS = SEVERAL_BOXES + STATED + NUMBERS + SYMBOLIC + OTHER + PROSE + SENTENCES + HEAVY

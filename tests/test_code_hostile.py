@@ -28,8 +28,9 @@ program (assert / check / call tests) and as a stdin/stdout program. Behaviours 
    True (assert and call tests), patched builtins, patched unittest, sys.settrace, printing "All tests passed" or the
    expected output for another input, searching the harness's memory for an expected value it never holds, forged
    events on the events pipe, the harness's functions patched through gc, asserts in loops silenced by a trace
-   function or gc -> never CORRECT. Still open (xfail): forged truth reports written to the events pipe (documented
-   in rlvr.verifiers.code; asserts against literals, call and stdin/stdout tests are compared outside).
+   function or gc, forged reports and replies on every descriptor and /proc path, the harness's functions and
+   namespaces patched through frames -> never CORRECT (the program runs in a process apart from the judge, which
+   owns the only events descriptor).
 9. legit programs still pass: two threads, a file in the working folder, the common standard library, recursion to
    depth 5000, debug printing under the cap, `if __name__ == "__main__":` reading stdin, stderr output.
 And sandbox.check() names bubblewrap when bwrap is not on PATH (judge then says sandbox_error).
@@ -462,10 +463,11 @@ def _host_pids() -> list[int]:
 
 
 SIGNALS = {  # attack -> the verdicts allowed in (functions, stdio) mode
-    "kill_parent": ("os.kill(os.getppid(), signal.SIGKILL)", {(C, "passed")}, {(W, d) for d in KILLED}),
+    # functions: the program's parent is the judge, as a stdio case's is the harness; killing it fails the run
+    "kill_parent": ("os.kill(os.getppid(), signal.SIGKILL)", {(W, d) for d in KILLED}, {(W, d) for d in KILLED}),
     "kill_init": ("os.kill(1, signal.SIGKILL)", {(C, "passed")}, {(C, "passed")}),
-    "kill_everyone": ("os.kill(-1, signal.SIGKILL)", {(C, "passed")}, {(W, d) for d in KILLED}),
-    "stop_everyone": ("os.kill(-1, signal.SIGSTOP)", {(C, "passed")}, {(W, "timeout")}),
+    "kill_everyone": ("os.kill(-1, signal.SIGKILL)", {(W, d) for d in KILLED}, {(W, d) for d in KILLED}),
+    "stop_everyone": ("os.kill(-1, signal.SIGSTOP)", {(W, "timeout")}, {(W, "timeout")}),
     "killpg_own": ("os.killpg(0, signal.SIGKILL)", {(W, d) for d in KILLED}, {(W, d) for d in KILLED}),
     "kill_host_pids": ("for pid in HOST_PIDS:\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n"
                        "        pass", {(C, "passed")}, {(C, "passed")}),  # fmt: skip
@@ -559,6 +561,8 @@ BOMBS = {  # name -> (the attack, run before add is defined; the detail; judge's
     "c_recursion_segfault": ("import sys\nsys.setrecursionlimit(10**6)\nclass A:\n"
                              "    def __getattr__(self, name):\n        return getattr(self, name)\nA().x",
                              "runtime_error", {}),  # fmt: skip
+    "python_recursion_bomb": ("import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1) + 1\nf(0)",
+                              "runtime_error", {}),  # fmt: skip
 }
 
 
@@ -572,6 +576,60 @@ def test_bombs_get_their_detail_in_bounded_time_and_spare_the_host(name: str, mo
     assert elapsed < bound(options)
     assert abs(tmp_free() - free) < 32 << 20  # nothing reached the host's disk
     assert mem_available() > memory - (1 << 30)  # nor stayed in its memory
+
+
+INODE_BOMBS = {  # what costs a tmpfs no bytes: empty files, folders, links
+    "empty_files": "open(f'/tmp/e{i}', 'w').close()",
+    "folders": "os.mkdir(f'/tmp/d{i}')",
+    "symlinks": "os.symlink('/tmp', f'/tmp/l{i}')",
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the file cap is mounted by the harness where rlvr runs as root")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(INODE_BOMBS))
+def test_many_empty_files_end_at_the_file_cap_not_the_cpu_limit(name: str, mode: str) -> None:
+    attack = f"import os\nmade = 0\ntry:\n    for i in range(10**7):\n        {INODE_BOMBS[name]}\n        made += 1\n" \
+             f"except OSError as e:\n    stop = e.errno\n"
+    cap = Limits().tmp_inodes
+    solve = f"def add(a, b):\n    return a + b if stop == 28 and {cap // 2} < made < {cap} else -made\n"  # ENOSPC
+    verdict, elapsed = judged(*in_mode(mode, attack, solve))  # 10**7 would take far past the 2 s of CPU
+    assert (verdict.outcome, verdict.detail) == (C, "passed")
+    assert elapsed < bound({})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_mount_table_names_no_host_path(mode: str) -> None:
+    attack = """
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+mounts = "".join(read(p) for p in ("/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/mountinfo", "/etc/mtab"))
+"""
+    verdict, _ = judged(*in_mode(mode, attack, "def add(a, b):\n    return a + b if mounts == '' else mounts\n"))
+    assert (verdict.outcome, verdict.detail) == (C, "passed")
+
+
+def test_a_recursion_bomb_stops_at_the_capped_limit() -> None:
+    program = """
+import sys
+sys.setrecursionlimit(10**6)
+def deepest(n=0):
+    try:
+        return deepest(n + 1)
+    except RecursionError:
+        return n
+def depth():
+    return deepest()
+"""
+    cap = Limits().recursion
+    verdict, _ = judged(program, {"tests": [{"assert": f"assert {cap // 2} < depth() < {cap}"}]})
+    assert (verdict.outcome, verdict.detail) == (C, "passed")  # not 10**6 deep after a second or more of CPU
+    verdict, _ = judged(program + "sys.setrecursionlimit(3000)\n", {"tests": [{"assert": "assert 2000 < depth() < 3000"}]})
+    assert (verdict.outcome, verdict.detail) == (C, "passed")  # a lower limit is the program's to set
 
 
 RETURNED = {  # a hostile value returned to a value site -> the detail
@@ -765,7 +823,8 @@ def test_forged_events_do_not_make_a_wrong_program_correct(then: str) -> None:
     record = {"tests": [{"assert": f"assert f() == {big}"}, {"call": "f", "args": [], "expected": big}]}
     verdict, _ = judged(program, record)
     assert verdict.outcome is W
-    assert verdict.detail == "wrong_answer"  # a value site reported wrong, or never: forged lines change nothing
+    # the program's only channel leads to the judge, whose protocol forged lines break (runtime_error)
+    assert verdict.detail in ("wrong_answer", "runtime_error")
     case = json.dumps(["case", 0, None, f"{big}\n", False])
     stdio = FORGE + f"forge([{case!r}])\nprint(0)\n"
     verdict, _ = judged(stdio, {"tests": [{"stdin": "", "stdout": f"{big}\n"}]})
@@ -838,15 +897,79 @@ TRUTH_FORGERS = {
 
 
 @pytest.mark.parametrize("how", [
-    pytest.param("forged_events", marks=pytest.mark.xfail(strict=True, reason=(
-        "OPEN (documented in rlvr.verifiers.code): truth reports come from the program's own process, which shares the "
-        "events pipe with the harness: forged ['truth',t,s,true] + ['done',t,null] lines pass every assert whose "
-        "expected side is not a literal; asserts against literals, call and stdin/stdout tests are compared outside"))),
+    "forged_events",  # the program's process has no events descriptor: the judge, a process apart, owns it
     "gc_patched_truth",  # the audit hook refuses gc.get_objects
 ])  # fmt: skip
 def test_forged_truth_reports_are_not_correct(how: str) -> None:
     verdict, _ = judged(TRUTH_FORGERS[how], {"tests": [{"assert": "assert is_prime(7)"}, {"assert": "assert is_prime(13)"}]})
     assert verdict.outcome is W
+
+
+# Asserts whose expected side is not a literal (judged inside the sandbox), against programs that return wrong values
+# and try to be judged right anyway
+# (and that no constant answer passes either: a program that has every call answer True fails each of them)
+INNER = {"tests": [{"assert": "assert is_prime(7) and not is_prime(8)"}, {"assert": "assert abs(half(1) - 0.5) < 1e-9"},
+                   {"assert": "assert half(3) * 2 == 3"},
+                   {"check": "def check(candidate):\n    assert candidate(13)\n    assert not candidate(91)\n",
+                    "entry_point": "is_prime"}]}  # fmt: skip
+WRONG = "def is_prime(n):\n    {attack}\n    return False\ndef half(x):\n    {attack}\n    return 0\n"
+EVERY_DESCRIPTOR = """
+import os, json
+SITES = {0: [["truth", 0, 0, True]], 1: [["truth", 1, 0, True]], 2: [["value", 2, 0, ["i", "3"]]],
+         3: [["truth", 3, 0, True], ["truth", 3, 1, True]]}  # what passing INNER reports
+LINES = [json.dumps(e) for t in range(4) for e in (["start", t], *SITES[t], ["done", t, None])]
+LINES += [json.dumps(["ok", ["b", True], []])] * 8 + [json.dumps(["loaded", []])]
+DATA = "".join(line + "\\n" for line in LINES).encode()
+def forge():
+    paths = [f"/proc/{p}/fd/{fd}" for p in ("self", 1, 2, 3, 4) for fd in range(16)]
+    paths += [f"/proc/{p}/mem" for p in (1, 2, 3)] + ["/dev/fd/3", "/dev/stdout"]
+    for fd in range(3, 1024):
+        try:
+            os.write(fd, DATA)
+        except OSError:
+            pass
+    for path in paths:  # (no /proc in the sandbox: none of these exist)
+        try:
+            with open(path, "wb", buffering=0) as f:
+                f.write(DATA)
+        except OSError:
+            pass
+"""
+HARNESS_OBJECTS = """
+import sys
+def forge():
+    always = lambda *a, **k: True
+    f = sys._getframe()
+    while f is not None:
+        g = f.f_globals
+        for name in ("truth", "strict_eq", "__rlvr_eq__"):
+            if name in g:
+                g[name] = always
+        if "send" in g and "_truth_hook" in g:  # the harness's module: every report says passed
+            send = g["send"]
+            g["_truth_hook"] = lambda test: lambda site, v: send("truth", test, site, True)
+            g["_value_hook"] = lambda test: lambda site, v: send("value", test, site, g["encode"](0.5))
+            g["_answer"] = lambda *a: ["ok", ["b", True], []]
+        for name in list(f.f_locals):
+            if name in ("namespace", "g") and isinstance(f.f_locals[name], dict):
+                f.f_locals[name]["__rlvr_truth__"] = g.get("_truth_hook", lambda t: always)(0)
+        f = f.f_back
+"""
+
+
+@pytest.mark.parametrize("attack", ["every_descriptor_then_exit", "every_descriptor_in_calls", "harness_objects"])
+def test_inner_asserts_are_judged_where_the_program_cannot_write(attack: str) -> None:
+    """The program writes the events of INNER passing, and replies saying True, to every descriptor and every /proc
+    path it can name (at load, then exits; or inside each call), or patches every harness function and namespace it
+    reaches through its frames. Its functions return wrong values, and no assert whose expected side is not a
+    literal passes."""
+    setup = {"every_descriptor_then_exit": EVERY_DESCRIPTOR + "forge()\nos._exit(0)\n",
+             "every_descriptor_in_calls": EVERY_DESCRIPTOR, "harness_objects": HARNESS_OBJECTS + "forge()\n"}[attack]
+    verdict, elapsed = judged(setup + WRONG.format(attack="forge()"), INNER)
+    assert (verdict.outcome, verdict.score) == (W, 0.0)
+    assert elapsed < bound({})
+    right = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\ndef half(x):\n    return x / 2\n"
+    assert judged(right, INNER)[0][:3] == (C, 1.0, "passed")  # the same record is passable
 
 
 # ---- 9. legit programs still pass -----------------------------------------------------------------------------------------

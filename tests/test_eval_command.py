@@ -141,3 +141,13 @@ def test_summary_shows_the_timeout_shares_only_when_the_verifier_gave_up():
     report["metrics"]["eval/timeout_frac"] = 0.25
     lines = summary(report).splitlines()
     assert lines[3].split() == ["eval/timeout_frac", "0.2500"] and "the verifier gave up" in lines[4]
+
+
+def test_summary_shows_the_code_verifiers_details_above_zero():
+    from rlvr.eval_command import summary
+
+    report = {"model": "m", "prompts": 4, "seconds": 1.0, "eval": {"n": 0},
+              "metrics": {"eval/accuracy": 0.5, "eval/detail/passed": 0.5, "eval/detail/timeout": 0.0,
+                          "eval/detail/wrong_answer": 0.5}}  # fmt: skip
+    keys = [line.split()[0] for line in summary(report).splitlines()[1:]]
+    assert keys == ["eval/accuracy", "eval/detail/passed", "eval/detail/wrong_answer"]

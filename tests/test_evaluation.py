@@ -80,6 +80,19 @@ def test_summary_of_greedy_and_sampled_answers():
     assert set(m) >= {"eval/sampled_response_length_p50", "eval/sampled_response_length_p95"}
 
 
+def test_the_verifiers_details_are_split_for_greedy_and_sampled_answers():
+    greedy = [Scored(True, False, False, 3, False, "passed"), Scored(False, False, False, 3, False, "timeout"),
+              Scored(False, True, False, 3, False, "no_code"), Scored(False, False, False, 3, False, "timeout")]  # fmt: skip
+    sampled = [[Scored(False, False, False, 2, False, "wrong_answer"), Scored(True, False, False, 2, False, "passed")]]
+    m = summarize(greedy, sampled, ("passed", "wrong_answer", "no_code", "timeout", "memory_limit"))
+    assert {k: v for k, v in m.items() if "detail/" in k} == {
+        "eval/detail/passed": 0.25, "eval/detail/wrong_answer": 0.0, "eval/detail/no_code": 0.25,
+        "eval/detail/timeout": 0.5, "eval/detail/memory_limit": 0.0,
+        "eval/sampled_detail/passed": 0.5, "eval/sampled_detail/wrong_answer": 0.5, "eval/sampled_detail/no_code": 0.0,
+        "eval/sampled_detail/timeout": 0.0, "eval/sampled_detail/memory_limit": 0.0}  # fmt: skip
+    assert not [k for k in summarize(greedy, sampled) if "detail" in k]  # a verifier without details: none
+
+
 def test_greedy_only_has_no_sampled_metrics():
     m = summarize([answer(True, 3), answer(True, 5)], [])
     assert m["eval/accuracy"] == 1.0 and "eval/response_length_incorrect_mean" not in m
@@ -116,10 +129,14 @@ class FakeEngine:
 
 
 class FakeRewarder:
+    details = ("passed", "wrong_answer")  # a verifier that names why (as the code verifier's judge does)
+
     def judge(self, texts, answers):
         from rlvr.verifiers import Outcome
 
-        return [Outcome.CORRECT if t == a else Outcome.INCORRECT for t, a in zip(texts, answers)]
+        right = [t == a for t, a in zip(texts, answers)]
+        return ([Outcome.CORRECT if r else Outcome.INCORRECT for r in right],
+                ["passed" if r else "wrong_answer" for r in right])  # fmt: skip
 
     def is_correct(self, result):
         from rlvr.verifiers import Outcome
@@ -173,3 +190,5 @@ def test_evaluation_over_engines_equals_one_engine(monkeypatch):
                 shares.append(g.args[0])
         metrics, rows = run(0, world, tp, shares)
         assert metrics == want_metrics and rows == want_rows, (world, tp)
+    assert want_metrics["eval/detail/passed"] == want_metrics["eval/accuracy"] > 0
+    assert want_metrics["eval/sampled_detail/wrong_answer"] == pytest.approx(1 - want_metrics["eval/mean@3"])

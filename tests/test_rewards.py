@@ -43,8 +43,8 @@ def test_verifier_terms_and_overlong_shaping_add_up():
 def test_user_function_replaces_the_verifier():
     cfg = make_cfg("reward.fn=user_rewards:exact", "reward.workers=0")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
-    results = rewarder.judge(["7", " 7 ", "8"], ["7", "7", "7"])
-    assert [rewarder.is_correct(r) for r in results] == [True, True, False]
+    results, details = rewarder.judge(["7", " 7 ", "8"], ["7", "7", "7"])
+    assert [rewarder.is_correct(r) for r in results] == [True, True, False] and details == [None] * 3
 
 
 @pytest.mark.parametrize("path, reason", [("no_such_module:fn", "not found"), ("user_rewards:nope", "no attribute"),
@@ -75,7 +75,7 @@ def test_arithmetic_verifier_runs_in_process_and_the_others_in_workers():
         try:
             assert len(rewarder.primary._workers) == workers  # launched (not yet waited for) at construction
             texts = ["7", "-12", "x"] if verifier is VerifierName.arithmetic else [r"\boxed{7}", r"\boxed{-12}", "x"]
-            results = rewarder.judge(texts, ["7", "12", "7"])
+            results, _ = rewarder.judge(texts, ["7", "12", "7"])
             assert [rewarder.is_correct(r) for r in results] == [True, False, False]
         finally:
             rewarder.close()

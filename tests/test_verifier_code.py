@@ -100,6 +100,57 @@ def test_the_program_cannot_trace_or_reach_into_the_harness():
         assert code.judge(fenced(program), answer).detail == "runtime_error", attack
 
 
+def test_tests_use_the_programs_objects_as_before_though_they_live_in_its_process():
+    """The judge runs the tests apart from the program: the program's classes, objects, generators, in-place changes,
+    imports, exceptions and keyword arguments still behave for the tests as in one process."""
+    program = """
+import math
+from collections import Counter
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+    def __str__(self):
+        return f"({self.a}, {self.b})"
+    def __eq__(self, other):
+        return isinstance(other, Pair) and (self.a, self.b) == (other.a, other.b)
+def longest_chain(pairs):
+    pairs = sorted(pairs, key=lambda p: p.b)
+    end, n = -math.inf, 0
+    for p in pairs:
+        if p.a > end:
+            end, n = p.b, n + 1
+    return n
+def sort_in_place(xs):
+    xs.sort()
+def squares(n):
+    for i in range(n):
+        yield i * i
+def divide(a, b):
+    if b == 0:
+        raise ZeroDivisionError("b is 0")
+    return a / b
+def power(base, exp=2):
+    return base ** exp
+def letters(word):
+    return Counter(word)
+LIMIT = 10 ** 9 + 7
+"""
+    tests = [
+        "assert longest_chain([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)]) == 3",
+        "xs = [3, 1, 2]\nsort_in_place(xs)\nassert xs == [1, 2, 3]",
+        "assert list(squares(4)) == [0, 1, 4, 9] and sum(squares(3)) == 5",
+        "assert str(Pair(1, 2)) == '(1, 2)' and Pair(1, 2) == Pair(1, 2) and Pair(1, 2) != Pair(2, 1)",
+        "try:\n    divide(1, 0)\n    raised = ''\nexcept ZeroDivisionError as e:\n    raised = str(e)\nassert raised == 'b is 0'",
+        "assert power(base=2, exp=10) == 1024 and power(3) == 9",
+        "assert math.isclose(divide(1, 3) * 3, 1.0) and LIMIT % 7 == 1000000007 % 7",
+        "assert letters('aab')['a'] == 2 and 'b' in letters('ab') and len(letters('abc')) == 3",
+    ]
+    answer = record(*({"assert": t} for t in tests))
+    assert code.judge(fenced(program), answer)[:3] == (Outcome.CORRECT, 1.0, "passed")
+    wrong = program.replace("xs.sort()", "xs.reverse()").replace("yield i * i", "yield i")
+    assert code.judge(fenced(wrong), answer)[:3] == (Outcome.INCORRECT, 0.75, "wrong_answer")
+
+
 def test_a_call_test_reports_the_return_value_of_the_function_or_solution_method():
     source, expected = code.rewrite({"call": "f", "args": [[1, 2], "a", None, True], "expected": 3})
     assert source == "__rlvr_value__(0, (f if 'f' in globals() else Solution().f)(*[[1, 2], 'a', None, True]))"
@@ -282,6 +333,40 @@ def test_rewarder_scores_code_and_counts_each_detail():
     assert set(code.DETAILS) <= {k.removeprefix("reward/detail/") for k in m}
 
 
+def test_evaluation_splits_eval_by_the_code_verifiers_details():
+    """rlvr eval and training's evaluations (rlvr.evaluation) count each detail, as training steps count reward/detail."""
+    from rlvr.evaluation import evaluate
+    from rlvr.types import Example
+
+    programs = {0: "def add(a, b):\n    return a + b", 1: "def add(a, b)\n", 2: "def add(a, b):\n    while True: pass"}
+
+    class Engine:  # prompt i answers programs[i % 3] greedily; sampled answers: the right program, then no code
+        class tokenizer:  # noqa: N801 (the engine's attribute)
+            @staticmethod
+            def decode(ids, skip_special_tokens=False):
+                return ""
+
+        def greedy(self, prompts, *, max_tokens, stop):
+            return [completion(fenced(programs[p[0] % 3])) for p in prompts]
+
+        def generate(self, prompts, *, n, max_tokens, temperature, top_p, seeds, stop):
+            return [[completion(fenced(programs[0])), completion("no code")] for _ in prompts]
+
+    cfg = make_cfg("reward.verifier=code", "reward.workers=1", "eval.n=2", "reward.timeout_s=4",
+                   "reward.code.time_limit_s=0.5")  # fmt: skip
+    rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
+    examples = [Example(id=str(i), prompt="", answer=ADD, prompt_ids=(i,)) for i in range(6)]
+    try:
+        metrics, _ = evaluate(Engine(), examples, rewarder, cfg, None)
+    finally:
+        rewarder.close()
+    third, half = pytest.approx(1 / 3), pytest.approx(0.5)
+    assert {k: v for k, v in metrics.items() if "detail/" in k and v} == {
+        "eval/detail/passed": third, "eval/detail/compile_error": third, "eval/detail/timeout": third,
+        "eval/sampled_detail/passed": half, "eval/sampled_detail/no_code": half}  # fmt: skip
+    assert {f"eval/detail/{d}" for d in code.DETAILS} <= set(metrics) and metrics["eval/accuracy"] == third
+
+
 def test_partial_credit_is_the_share_of_tests_passed():
     cfg = make_cfg("reward.verifier=code", "reward.workers=0", "reward.partial=true")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
@@ -302,7 +387,7 @@ def test_sandbox_none_runs_without_bubblewrap_and_warns(monkeypatch, capsys):
     cfg = make_cfg("reward.verifier=code", "reward.workers=0", "reward.code.sandbox=none")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
     assert "WITHOUT a sandbox" in capsys.readouterr().err
-    assert rewarder.judge([fenced("def add(a, b):\n    return a + b")], [ADD]) == [Outcome.CORRECT]
+    assert rewarder.judge([fenced("def add(a, b):\n    return a + b")], [ADD]) == ([Outcome.CORRECT], ["passed"])
 
 
 @pytest.mark.parametrize("override, says", [

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from math_pairs import HEAVY, NUMBERS, PAIRS, PROSE, SEVERAL_BOXES, STATED
+from math_pairs import HEAVY, NUMBERS, PAIRS, PROSE, SENTENCES, SEVERAL_BOXES, STATED
 
 from rlvr.config import AnswerExtract
 from rlvr.data import final_answer
@@ -23,7 +23,7 @@ from rlvr.verifiers.math import WORK_CALLS, check_gold, verify
 B = "\\boxed"
 
 
-@pytest.mark.parametrize(("completion", "gold", "expected"), SEVERAL_BOXES + STATED + NUMBERS + PROSE)
+@pytest.mark.parametrize(("completion", "gold", "expected"), SEVERAL_BOXES + STATED + NUMBERS + PROSE + SENTENCES)
 def test_answers_in_each_form_are_read(completion: str, gold: str, expected: str) -> None:
     assert verify(completion, gold).value == expected
 

@@ -23,4 +23,4 @@ class Verdict(NamedTuple):
     outcome: Outcome
     score: float
     detail: str
-    inner_checks: int = 0  # code: asserts judged inside the sandbox rather than here (rlvr.verifiers.code)
+    inner_checks: int = 0  # code: asserts judged inside the sandbox, apart from the program, not here (verifiers.code)

@@ -23,12 +23,19 @@ Where a verdict comes from: never from the program's exit status or its own prin
   ast.literal_eval reads): the sandbox reports X's value in a strict encoding (exact built-in types only: an object
   whose __eq__ always says True has no encoding and fails), and it is compared here with the literal, which never
   enters the sandbox. Call tests compare tuples as lists (JSON has no tuples).
-- Other asserts (`assert abs(f(x) - 0.5) < 1e-6`, `assert f(x)`) are evaluated inside, by the harness, with `==` / `!=`
-  rewritten to a strict comparison and truth taken only of built-in values. A program could, in principle, forge
-  these reports from inside its own process (it shares it with the harness); they are counted in `code/inner_checks`.
+- Other asserts (`assert abs(f(x) - 0.5) < 1e-6`, `assert f(x)`, `assert f(a) == f(b)`, HumanEval's `check`) are
+  evaluated inside the sandbox by the harness, with `==` / `!=` rewritten to a strict comparison and truth taken only
+  of built-in values, in a process apart from the program's: the test code runs in the harness, the program in a
+  process it forked, which has no descriptor but its pipes to the harness; each call into the program comes back as
+  a value in the strict encoding (or a handle to an object without one). What the program writes anywhere it can
+  reach changes only what its own functions return. They are counted in `reward/detail/inner_checks`. An object that
+  is not a plain value (an instance of the program's class, a Counter, a Fraction) stays in the program's process:
+  the tests call it, iterate it, index it, read its attributes and str() it there; it equals another of the
+  program's objects when its __eq__ says exactly True, never an object the test built, and `isinstance(x,
+  TheProgramsClass)` is not available to the tests. A test that passes the program a function of its own fails.
 - A test passes only when the harness reports it finished without an exception, every value matched, every truth
-  held, and every assert was reached at least once (a skipped line is not a pass). Before the program runs, the
-  harness installs an audit hook that refuses trace and profile functions, the garbage collector's object
+  held, and every assert was reached at least once (a skipped line is not a pass). Before the program runs, its
+  process installs an audit hook that refuses trace and profile functions, the garbage collector's object
   lists, rewriting a function's __code__, and ctypes.
 
 Outcomes: every test passed = CORRECT; else INCORRECT (a timeout, a crash or a compile error of the model's program
@@ -178,7 +185,7 @@ def _close(a: str, b: str, tol: float) -> bool:
     return math.isfinite(x) and math.isfinite(y) and abs(x - y) <= tol * max(1.0, abs(y))
 
 
-_FAILURES = {"memory": "memory_limit", "timeout": "timeout", "AssertionError": "wrong_answer"}
+_FAILURES = {"memory": "memory_limit", "timeout": "timeout", "output": "output_limit", "AssertionError": "wrong_answer"}
 
 
 def judge(completion: str, answer: str, *, time_limit_s: float = 2.0, memory_mb: int = 1024, max_wall_s: float = 4.5,
@@ -258,8 +265,9 @@ def _whole_run_failure(events: list[list], run_result: Any) -> str | None:
     for event in events[1:2]:
         if event[0] == "compile":
             return "compile_error"
-        if event[0] == "load":
-            return "memory_limit" if event[1:] == ["memory"] else "runtime_error"
+        if event[0] == "load":  # its process ran out of memory, CPU (killed at its limit) or output, or raised
+            kind = event[1] if len(event) == 2 and event[1] in ("memory", "timeout", "output") else None
+            return _FAILURES[kind] if kind else "runtime_error"
     return None
 
 

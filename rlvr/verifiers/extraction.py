@@ -46,6 +46,15 @@ _WORDS_THEN_NUMBER = re.compile(
     r"\**(-?\d[\d,]*(?:\.\d+)?)\b",
     re.IGNORECASE,
 )
+# "The largest $n$ is 34": the value a statement's subject "is" (math or a number, after "approximately" at most)
+_IS_VALUE = re.compile(r"\bis[ \t*:]+(?:(?:approximately|exactly|precisely|equal[ \t]+to)[ \t]+)?"
+                       r"(?=[$\\\d]|[-+][ \t]*[$\\\d])", re.IGNORECASE)
+# a subject that hedges, supposes or gives a reason does not state the answer ("If $x$ is 3", "$6$ because $y$ is 2")
+# ("When $x$ is 3" supposes; "The remainder when $2^{100}$ is divided by 7 is 2" does not)
+_NOT_A_SUBJECT = re.compile(r"\b(?:probably|maybe|perhaps|possibly|likely|guess|suppose|if|whether|unless|because|since"
+                            r"|as|but)\b|^[^A-Za-z]*(?:when|where|while)\b", re.IGNORECASE)
+_FIRST_VALUE = re.compile(r"[$\d]|\\[(\[]")
+_THEN = re.compile(r"\b(?:so|then|thus|hence|therefore)\b", re.IGNORECASE)
 _POINTERS = frozenset({"see", "above", "below", "as", "shown", "earlier", "previous", "same"})
 _LAST_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")  # "9-3" ends in 3, "x = -3" in -3
 
@@ -103,12 +112,30 @@ def _box_group(text: str) -> _Found | None:
     return _Found(EXPLICIT, every[-1][0], ", ".join(contents)) if contents else None
 
 
-def _tidy(found: str) -> str:
+def _predicate(sentence: str) -> str | None:
+    """What a sentence says its subject is, when that is math or a number: "The volume of $ABCDEFGH$ is 120" -> 120,
+    "The largest $n$ is $34$" -> $34$; None when no "is" outside math is followed by one, or the subject hedges,
+    supposes or gives a reason ("If $x$ is 3", "The answer is probably 3", "is consistent with $x = 3$")."""
+    spans = [m.span() for m in _INLINE_MATH.finditer(sentence)]
+    for m in _IS_VALUE.finditer(sentence):
+        if any(start <= m.start() < end for start, end in spans):
+            continue  # "is" inside math ("$\\text{it is } 5$")
+        stated = _FIRST_VALUE.search(sentence, 0, m.start())  # "$x = 3$, so $y$ is 5": y is not the answer
+        if _NOT_A_SUBJECT.search(sentence, 0, m.start()) or (stated and _THEN.search(sentence, stated.end(), m.start())):
+            return None
+        return sentence[m.end() :]
+    return None
+
+
+def _tidy(found: str, *, sentence: bool = False) -> str:
     """An answer stated in prose, cut at the end of its sentence and unwrapped: "**$\\frac{1}{2}$**." -> \\frac{1}{2};
     the math or number after at most a few words ("therefore $5$" -> 5, "There are 9 divisors" -> 9 divisors), math
     joined to it by separators only ("$3$ and $5$" -> "3, 5"), and what leads before a clause ("$8$ students, since
-    ..." -> 8, "15, since 30/2 = 15" -> 15)."""
+    ..." -> 8, "15, since 30/2 = 15" -> 15). With `sentence` (a whole sentence, as after "Final Answer:"), a
+    subject followed by "is <math or number>" gives that value (_predicate)."""
     found = _SENTENCE_END.split(found, maxsplit=1)[0]
+    if sentence and (value := _predicate(found)) is not None:
+        found = value
     found = _CLAUSE.split(found, maxsplit=1)[0]
     spans = list(_INLINE_MATH.finditer(found))
     before = found[: spans[0].start()] if spans else ""
@@ -131,16 +158,16 @@ def _tidy(found: str) -> str:
     return found
 
 
-def _stated(text: str, start: int) -> str:
-    """What is stated from `start` to the end of its sentence or line (_tidy); when the line ends there (or opens a
-    display), the display math that follows: "The answer is:\\n\\[ x = 5 \\]" -> x = 5."""
+def _stated(text: str, start: int, *, sentence: bool = False) -> str:
+    """What is stated from `start` to the end of its sentence or line (_tidy; `sentence`: it starts a sentence); when
+    the line ends there (or opens a display), the display math that follows: "The answer is:\\n\\[ x = 5 \\]" -> x = 5."""
     line_end = text.find("\n", start)
     rest = text[start : line_end if line_end >= 0 else len(text)]
     if rest.strip().strip("*") in ("", "$$", "\\["):
         opener = start + len(rest) - len(rest.lstrip(" \t*"))  # at the display's opener, or the line's end
         display = _DISPLAY_AFTER.match(text, opener)
         return _tidy(next(g for g in display.groups() if g is not None)) if display else ""
-    return _tidy(rest)
+    return _tidy(rest, sentence=sentence)
 
 
 def _holds_math(text: str) -> bool:
@@ -170,20 +197,21 @@ def _phrases(text: str) -> list[_Found]:
 def _answer_lines(text: str) -> list[_Found]:
     """The last "Final Answer: ..." (explicit) and "Answer: ..." (plain) line; a line that itself states the final
     answer in a sentence ("Final Answer: The final answer is $x$. I hope it is correct.") gives that answer; a line
-    that is only a "Final Answer" heading (explicit) gives what the next non-empty line states."""
+    that is only a "Final Answer" heading (explicit) gives what the next non-empty line states. A sentence there whose
+    subject "is" a value gives the value ("Final Answer: The largest $n$ is 34. I hope it is correct." reads 34)."""
     last: dict[int, re.Match[str]] = {}
     for m in _ANSWER_LINE.finditer(text):
         last[EXPLICIT if _FINAL_BEFORE.search(text, max(0, m.start() - 12), m.start()) else PLAIN] = m
     found = []
     for tier, m in last.items():
         within = _phrases(m.group(1))
-        found.append(_Found(tier, m.start(), within[-1].text if within else _stated(text, m.start(1))))
+        found.append(_Found(tier, m.start(), within[-1].text if within else _stated(text, m.start(1), sentence=True)))
     heading = None
     for m in _FINAL_HEADING.finditer(text):
         heading = m
     if heading is not None:  # the statement starts at the next non-blank character
         start = len(text) - len(text[heading.end() :].lstrip())
-        found.append(_Found(EXPLICIT, heading.start(), _stated(text, start)))
+        found.append(_Found(EXPLICIT, heading.start(), _stated(text, start, sentence=True)))
     return sorted((_weighed(f) for f in found if f.text), key=lambda f: f.at)
 
 

@@ -4,15 +4,21 @@
 
 Layers, outermost first:
 1. bubblewrap (Debian's `bubblewrap`, a maintained tool; not hand-made namespaces): new user, PID, network, IPC, UTS
-   and cgroup namespaces; no network but a loopback of its own; its own /proc (no host process is visible or can be
-   signalled); a read-only view of only the interpreter's files and the system libraries it links (no /etc, /home,
-   /root, /work, host /tmp), with the root and /dev read-only; a fresh size-capped tmpfs /tmp as the only writable
-   folder and the working one; no home; a clean environment; a new terminal session; killed with its parent. When
-   rlvr runs as root, the sandbox joins a user namespace of its own (root_user_namespace) and the harness becomes
-   `nobody` there: the kernel exempts uid 0 from RLIMIT_NPROC.
-2. The harness (rlvr/verifiers/code_runner.py) sets resource limits (CPU seconds, address space, file size, open files,
-   threads, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create processes and
-   namespaces (fork, vfork, clone without CLONE_THREAD, clone3, unshare, setns), before any model code runs.
+   and cgroup namespaces; no network but a loopback of its own; no /proc at all (no process, descriptor, memory map or
+   mount table is there to read: /proc/self/mountinfo would name the host's folders and devices, which bubblewrap's
+   bind mounts cannot hide); a read-only view of only the interpreter's files and the system libraries it links (no
+   /etc, /home, /root, /work, host /tmp), with the root and /dev read-only; a fresh size-capped tmpfs /tmp as the only
+   writable folder and the working one; no home; a clean environment; a new terminal session; killed with its parent.
+   When rlvr runs as root, the sandbox joins a user namespace of its own (root_user_namespace) and the harness becomes
+   `nobody` there: the kernel exempts uid 0 from RLIMIT_NPROC. Before it does, it mounts its own /tmp over
+   bubblewrap's with a cap on files as well as bytes (tmp_inodes: bubblewrap cannot set a tmpfs's nr_inodes, and a
+   tmpfs counts no bytes for an empty file); as another user the harness has no right to mount, and /tmp keeps
+   bubblewrap's byte cap only.
+2. The harness (rlvr/verifiers/code_runner.py) forks the process that runs the model's code (the program's, or each
+   stdin/stdout case's), which closes the events' descriptor, sets resource limits (CPU seconds, address space, file
+   size, open files, threads, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create
+   processes and namespaces (fork, vfork, clone without CLONE_THREAD, clone3, unshare, setns), before any model code
+   runs; the harness, which judges the functions tests apart from the program, confines itself the same way.
 3. Here: a wall-clock kill of the whole sandbox (its process group; the PID namespace takes every process in it
    along), and caps on the bytes read back from it (events, stdout, stderr), past which it is killed.
 
@@ -67,6 +73,8 @@ class Limits:
     processes: int = 64  # threads (new processes are refused by the seccomp filter)
     output_bytes: int = 1 << 16  # stdout read back per stdio case / per run
     tmp_bytes: int = 16 << 20  # the writable working folder (a tmpfs)
+    tmp_inodes: int = 10_000  # files, folders and links it may hold (where rlvr runs as root: the module docstring)
+    recursion: int = 200_000  # the highest sys.setrecursionlimit a program gets: a recursion bomb ends in ~0.5 s of CPU
     int_digits: int = 4300  # sys.set_int_max_str_digits: Python's own default, so str() of a huge int fails fast
 
 
@@ -174,7 +182,7 @@ def bwrap_argv(limits: Limits, seccomp_fd: int | None, userns_fd: int | None) ->
             argv += [*_open_parents(lib), "--ro-bind", lib, lib]
     for folder in python_paths:
         argv += [*_open_parents(folder), "--ro-bind", folder, folder]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+    argv += ["--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
              "--remount-ro", "/", "--remount-ro", "/dev",  # only the capped /tmp is writable (bwrap's own are not capped)
              "--chdir", "/tmp", "--", python, "-I", "-S", "-B", "-c", BOOT]  # fmt: skip
     return argv
@@ -197,22 +205,19 @@ def run(job: dict, limits: Limits, *, wall_s: float, sandbox: bool = True) -> Ru
     `wall_s` passes, or it sends more than the caps allow; then kill everything it started. `sandbox=False` runs
     the harness without bubblewrap (reward.code.sandbox=none: the harness's own limits and filter still apply)."""
     read_end, write_end = os.pipe()
-    # the functions harness runs under bubblewrap's filter; stdio's harness forks each case, which installs it itself
-    by_bwrap = sandbox and job["mode"] == "functions"
+    # the harness forks the program's process (functions) or each case's (stdio), which installs the filter itself
     userns = root_user_namespace() if sandbox else None
-    job = {**job, "limits": asdict(limits), "seccomp": None if by_bwrap else seccomp_filter(), "events_fd": write_end,
+    job = {**job, "limits": asdict(limits), "seccomp": seccomp_filter(), "events_fd": write_end,
            "uid": None if userns is None else SANDBOX_UID}  # fmt: skip
     stdin = _memfd(_boot_input(job))
-    seccomp = _memfd(seccomp_filter()) if by_bwrap else None
-    fds = tuple(fd for fd in (write_end, seccomp, userns) if fd is not None)
+    fds = tuple(fd for fd in (write_end, userns) if fd is not None)
     try:
-        argv = bwrap_argv(limits, seccomp, userns) if sandbox else [interpreter()[0], "-I", "-S", "-B", "-c", BOOT]
+        argv = bwrap_argv(limits, None, userns) if sandbox else [interpreter()[0], "-I", "-S", "-B", "-c", BOOT]
         proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds,
                                 start_new_session=True, env={} if sandbox else _clean_env(), cwd="/")  # fmt: skip
     finally:
-        for fd in (write_end, stdin, seccomp):
-            if fd is not None:
-                os.close(fd)
+        for fd in (write_end, stdin):
+            os.close(fd)
     start = time.monotonic()
     try:
         result = _read(proc, read_end, limits, start + wall_s)
