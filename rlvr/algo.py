@@ -1,6 +1,6 @@
-"""Pure tensor math of RLVR (~360 lines, one job: the loss's contract, docs/DESIGN.md "The math"): group advantages,
-the dynamic-sampling filter, overlong reward shaping,
-importance ratios, the clipped surrogate, the KL penalty and loss aggregation (docs/DESIGN.md, "The math").
+"""Pure tensor math of RLVR (~470 lines, one job: the loss's contract, docs/DESIGN.md "The math"): advantages (group,
+leave-one-out, batch-normalised), the dynamic-sampling filter, overlong reward shaping, importance ratios, the
+policy-gradient objectives (PPO's clip, CISPO, SAPO, GMPO), the KL penalty and loss aggregation.
 
 Notation: N = B*G responses, G consecutive rows per prompt group; T = padded response length;
 mask[N, T] marks the tokens that count (0/1 or bool); |o_i| = mask[i].sum(). Values at padded positions
