@@ -292,3 +292,23 @@ def test_micro_batches_reproduce_full_batch_gradient(objective: str, aggregation
     assert full_w.grad.abs().sum() > 0
     assert torch.equal(full_w.grad[7], torch.zeros(T, dtype=F64))  # the empty row
     assert torch.isfinite(full_w.grad).all()
+
+
+@pytest.mark.parametrize("recipe", ["cispo", "sapo", "gmpo"])
+def test_recipe_options_reach_the_loss(recipe: str) -> None:
+    """The learner's loss options carry the recipe's objective and gate temperatures into policy_loss unchanged."""
+    from conftest import compose_config
+
+    from rlvr.config import validate
+    from rlvr.learner import loss_options
+
+    cfg = validate(compose_config(f"recipe={recipe}"))
+    options = loss_options(cfg)
+    assert options.objective == recipe
+    assert (options.sapo_tau_pos, options.sapo_tau_neg) == (cfg.algo.sapo_tau_pos, cfg.algo.sapo_tau_neg) == (1.0, 1.05)
+    logp, old, ref, adv, mask = _batch()
+    loss, _ = policy_loss(logp, old, adv, mask, ref_logprobs=ref, engine_logprobs=old, **options.kwargs())  # weights 1
+    direct, _ = policy_loss(logp, old, adv, mask, objective=recipe, ratio="token", clip_low=cfg.algo.clip_low,
+                            clip_high=cfg.algo.clip_high, aggregation=cfg.algo.aggregation.value, max_len=options.max_len,
+                            rollout_correction="none")  # fmt: skip
+    assert loss.item() == direct.item()
