@@ -1,6 +1,6 @@
-"""Pure tensor math of RLVR (~360 lines, one job: the loss's contract, docs/DESIGN.md "The math"): group advantages,
-the dynamic-sampling filter, overlong reward shaping,
-importance ratios, the clipped surrogate, the KL penalty and loss aggregation (docs/DESIGN.md, "The math").
+"""Pure tensor math of RLVR (~470 lines, one job: the loss's contract, docs/DESIGN.md "The math"): advantages (group,
+leave-one-out, batch-normalised), the dynamic-sampling filter, overlong reward shaping, importance ratios, the
+policy-gradient objectives (PPO's clip, CISPO, SAPO, GMPO), the KL penalty and loss aggregation.
 
 Notation: N = B*G responses, G consecutive rows per prompt group; T = padded response length;
 mask[N, T] marks the tokens that count (0/1 or bool); |o_i| = mask[i].sum(). Values at padded positions
@@ -9,6 +9,7 @@ are selected out, never trusted, but should be finite so that gradients stay fin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlvr.choices import Aggregation, KLEstimator, Ratio, RolloutCorrection
+from rlvr.choices import Advantage, Aggregation, KLEstimator, Objective, Ratio, RolloutCorrection
 
 # the string arguments' valid values (rlvr.choices defines each closed set once)
+ADVANTAGES = tuple(a.value for a in Advantage)
+OBJECTIVES = tuple(o.value for o in Objective)
 RATIOS = tuple(r.value for r in Ratio)
 AGGREGATIONS = tuple(a.value for a in Aggregation)
 KL_ESTIMATORS = tuple(k.value for k in KLEstimator)
@@ -41,18 +44,60 @@ def group_advantages(rewards: Tensor, group_size: int, *, scale_by_std: bool, ep
     Dr.GRPO (scale_by_std=False):       A_i = R_i - mean_g R.
     group_size == 1: the std is undefined and a lone sample has no group-relative signal, so A_i = 0 (not NaN).
     """
+    grouped = _grouped(rewards, group_size)  # [B, G]
+    adv = grouped - grouped.mean(dim=1, keepdim=True)  # [B, G]
+    if scale_by_std and group_size > 1:
+        adv = adv / (grouped.std(dim=1, keepdim=True) + eps)  # [B, G]
+    return adv.reshape(-1)  # [N]
+
+
+def advantages(rewards: Tensor, group_size: int, mode: str, *, eps: float = 1e-6) -> Tensor:
+    """Each response's advantage (rewards: [N], G = group_size consecutive rows per group) -> [N], by `mode`:
+
+    group_norm (GRPO, DAPO, GSPO):  (R_i - mean_g R) / (std_g R + eps)            (`group_advantages`)
+    group_center (Dr.GRPO):         R_i - mean_g R                                 (`group_advantages`)
+    rloo (RLOO; Kool et al. 2019, Ahmadian et al., arXiv 2402.14740):
+                                    R_i - (1/(G-1)) sum_{j in g, j != i} R_j       (`rloo_advantages`)
+    reinforce_pp (REINFORCE++, arXiv 2501.03262, "advantage normalization"):
+                                    (R_i - mean_B R) / (std_B R + eps) over all N  (`batch_advantages`)
+    """
+    if mode in ("group_norm", "group_center"):
+        return group_advantages(rewards, group_size, scale_by_std=mode == "group_norm", eps=eps)
+    if mode == "rloo":
+        return rloo_advantages(rewards, group_size)
+    if mode == "reinforce_pp":
+        return batch_advantages(rewards, eps=eps)
+    raise _invalid("advantage", mode, ADVANTAGES)
+
+
+def _grouped(rewards: Tensor, group_size: int) -> Tensor:
+    """rewards [N] -> [B, G] (floating point), with the shape checked."""
     if group_size < 1 or rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(
             f"rewards must be 1-D with a length divisible by group_size; "
             f"got shape {tuple(rewards.shape)} and group_size={group_size}"
         )
     grouped = rewards.reshape(-1, group_size)  # [B, G]
-    if not grouped.is_floating_point():
-        grouped = grouped.to(torch.get_default_dtype())
-    adv = grouped - grouped.mean(dim=1, keepdim=True)  # [B, G]
-    if scale_by_std and group_size > 1:
-        adv = adv / (grouped.std(dim=1, keepdim=True) + eps)  # [B, G]
-    return adv.reshape(-1)  # [N]
+    return grouped if grouped.is_floating_point() else grouped.to(torch.get_default_dtype())
+
+
+def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
+    """Leave-one-out baseline (RLOO): A_i = R_i - (1/(G-1)) sum_{j != i} R_j over the other responses of the same
+    prompt (rewards: [N] -> [N]); equal to G/(G-1) (R_i - mean_g R). group_size == 1: no other sample, A_i = 0."""
+    grouped = _grouped(rewards, group_size)  # [B, G]
+    if group_size == 1:
+        return torch.zeros_like(grouped).reshape(-1)  # [N]
+    others = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)  # [B, G]
+    return (grouped - others).reshape(-1)  # [N]
+
+
+def batch_advantages(rewards: Tensor, *, eps: float = 1e-6) -> Tensor:
+    """REINFORCE++'s global normalisation: A_i = (R_i - mean R) / (std R + eps) over the whole step's N responses
+    (rewards: [N] -> [N]; std with Bessel's correction, as group_norm's). One response: A = 0 (not NaN)."""
+    r = _grouped(rewards, 1).reshape(-1)  # [N]
+    if r.numel() < 2:
+        return torch.zeros_like(r)
+    return (r - r.mean()) / (r.std() + eps)  # [N]
 
 
 def informative_groups(scores: Tensor, group_size: int) -> Tensor:
@@ -186,6 +231,59 @@ def engine_ratio(old_logprobs: Tensor, engine_logprobs: Tensor) -> Tensor:
     return torch.exp((old_logprobs - engine_logprobs).detach().clamp(-20.0, 20.0))
 
 
+def surrogate(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    objective: str,
+    ratio: str,
+    clip_low: float,
+    clip_high: float,
+    sapo_tau_pos: float = 1.0,
+    sapo_tau_neg: float = 1.05,
+) -> tuple[Tensor, Tensor, tuple[float, float]]:
+    """The policy-gradient term per token to minimise, by `objective` (logprobs, old_logprobs, mask: [N, T];
+    advantages: [N]). Returns (loss [N, T], the ratio [N, T] the metrics describe, the ratio band (lo, hi) they count
+    as clipped). r is `importance_ratio(..., ratio)`, A the response's advantage, sg the stop-gradient.
+
+    clip (PPO; GRPO, Dr.GRPO, DAPO, GSPO):  l = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A).
+    cispo (MiniMax-M1, arXiv 2506.13585, eqs. 4-5):  l = -sg(clip(r, 1 - clip_low, 1 + clip_high)) A log pi_theta.
+        Every token keeps a gradient, weighted by its truncated IS ratio: d l / d logp = -clip(r) A.
+    sapo (Soft Adaptive Policy Optimization, arXiv 2511.20347, eqs. 5-6):  l = -f(r) A,
+        f(r) = sigmoid(tau (r - 1)) 4 / tau,  tau = sapo_tau_pos if A > 0 else sapo_tau_neg.
+        d l / d logp = -4 p (1 - p) r A with p = sigmoid(tau (r - 1)): the plain policy gradient at r = 1, decaying
+        smoothly away from it (faster for tau_neg > tau_pos). f(1) = 2 / tau, so the loss's value at r = 1 is -2A/tau.
+    gmpo (Geometric-Mean Policy Optimization, arXiv 2507.20673, the clipped objective of sec. 3):  one value per
+        response, copied to its tokens:  l_i = -A_i exp((1/|o_i|) sum_t m_it),  with the token log-ratios clipped in
+        log space on the side PPO clips: m = sgn(A) min(sgn(A) log r_t, sgn(A) clip(log r_t, -clip_low, clip_high)),
+        i.e. the geometric mean of the pessimistically clipped token ratios, ratio band (e^-clip_low, e^clip_high).
+        It takes the token ratios itself (ratio must be token).
+    """
+    adv = advantages.to(logprobs.dtype)[:, None]  # [N, 1]
+    if objective == "gmpo":
+        if ratio != "token":
+            raise ValueError(f"objective 'gmpo' takes the token ratios (its own geometric mean); got ratio {ratio!r}")
+        keep = mask.bool()  # [N, T]
+        log_r = torch.where(keep, logprobs - old_logprobs, torch.zeros_like(logprobs))  # [N, T]
+        sign = torch.sign(adv)  # [N, 1]
+        kept = sign * torch.minimum(sign * log_r, sign * log_r.clamp(-clip_low, clip_high))  # [N, T]
+        lengths = keep.sum(dim=-1, keepdim=True).to(logprobs.dtype).clamp(min=1)  # [N, 1]
+        geo = torch.exp(kept.sum(dim=-1, keepdim=True) / lengths)  # [N, 1]
+        return (-adv * geo).expand_as(logprobs), torch.exp(log_r), (math.exp(-clip_low), math.exp(clip_high))
+    r = importance_ratio(logprobs, old_logprobs, mask, ratio)  # [N, T]
+    band = (1 - clip_low, 1 + clip_high)
+    if objective == "clip":
+        return torch.maximum(-adv * r, -adv * r.clamp(*band)), r, band
+    if objective == "cispo":
+        return -adv * r.clamp(*band).detach() * logprobs, r, band
+    if objective == "sapo":
+        tau = torch.where(adv > 0, adv.new_tensor(sapo_tau_pos), adv.new_tensor(sapo_tau_neg))  # [N, 1]
+        return -adv * torch.sigmoid(tau * (r - 1)) * (4 / tau), r, band
+    raise _invalid("objective", objective, OBJECTIVES)
+
+
 def metric_units(mask: Tensor, ratio: str) -> Tensor:
     """What policy_loss's ratio and clip statistics average over: counted tokens for the token ratio ([N, T]),
     non-empty sequences when the ratio is one value per sequence ([N])."""
@@ -203,6 +301,9 @@ def policy_loss_terms(
     clip_high: float,
     aggregation: str,
     max_len: int | None = None,
+    objective: str = "clip",
+    sapo_tau_pos: float = 1.0,
+    sapo_tau_neg: float = 1.05,
     ref_logprobs: Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
@@ -214,11 +315,12 @@ def policy_loss_terms(
     num_tokens: float | Tensor | None = None,
     loss_scale: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate (PPO/GRPO; DAPO's clip-higher: clip_high > clip_low) to minimise, per token:
+    """The policy loss to minimise, per token: the `surrogate` of `objective` (clip: PPO/GRPO's clipped surrogate, DAPO's
+    clip-higher with clip_high > clip_low; cispo; sapo; gmpo), plus kl_coef * KL_estimator(pi_theta || pi_ref):
 
-    l = -min(r*A, clip(r, 1 - clip_low, 1 + clip_high)*A)  [+ kl_coef * KL_estimator(pi_theta || pi_ref)]
-    with r from `importance_ratio` and, if clip_ratio_c (> 1) is set, the dual clip for A < 0 (verl):
-    l = min(l, -clip_ratio_c * A), i.e. the loss of a negative-advantage token is capped at clip_ratio_c*|A|.
+    clip:  l = -min(r*A, clip(r, 1 - clip_low, 1 + clip_high)*A)  [+ kl_coef * KL]
+    with r from `importance_ratio` and, if clip_ratio_c (> 1) is set (objective clip only), the dual clip for A < 0
+    (verl): l = min(l, -clip_ratio_c * A), i.e. the loss of a negative-advantage token is capped at clip_ratio_c*|A|.
     With rollout_correction, the surrogate of each token is multiplied by `rollout_correction_weights` (computed from
     old_logprobs and engine_logprobs [N, T]); the metrics then include the untruncated ratio's token mean and max
     and the share of tokens whose ratio exceeded the cap.
@@ -235,9 +337,13 @@ def policy_loss_terms(
         raise ValueError(f"clip_ratio_c must be > 1 for the dual clip; got {clip_ratio_c}")
     if kl_coef > 0 and ref_logprobs is None:
         raise ValueError("kl_coef > 0 requires ref_logprobs")
-    r = importance_ratio(logprobs, old_logprobs, mask, ratio)  # [N, T]
+    if clip_ratio_c is not None and objective != "clip":
+        raise ValueError(f"clip_ratio_c (the dual clip) is a term of the clip objective; got objective {objective!r}")
+    pg, r, (lo, hi) = surrogate(
+        logprobs, old_logprobs, advantages, mask, objective=objective, ratio=ratio, clip_low=clip_low,
+        clip_high=clip_high, sapo_tau_pos=sapo_tau_pos, sapo_tau_neg=sapo_tau_neg,
+    )  # fmt: skip
     adv = advantages.to(logprobs.dtype)[:, None]  # [N, 1]
-    pg = torch.maximum(-adv * r, -adv * r.clamp(1 - clip_low, 1 + clip_high))  # [N, T]
     if clip_ratio_c is not None:
         pg = torch.where(adv < 0, torch.minimum(pg, -adv * clip_ratio_c), pg)  # [N, T]
     to_engine = None  # pi_old / pi_engine [N, T] when the correction is on
@@ -263,8 +369,8 @@ def policy_loss_terms(
             r_u, a_u = r[units], adv.expand_as(r)[units]  # [U]
         else:
             r_u, a_u = r[:, 0][units], adv[:, 0][units]  # [U]
-        low = (r_u < 1 - clip_low) & (a_u < 0)  # [U]
-        high = (r_u > 1 + clip_high) & (a_u > 0)  # [U]
+        low = (r_u < lo) & (a_u < 0)  # [U]: the ratio beyond the band on the side the clip stops (sapo: gates)
+        high = (r_u > hi) & (a_u > 0)  # [U]
         metrics = {
             "clip_frac_low": _frac(low),
             "clip_frac_high": _frac(high),
@@ -297,6 +403,9 @@ class LossOptions:
     clip_high: float
     aggregation: str
     max_len: int | None = None
+    objective: str = "clip"
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     clip_ratio_c: float | None = None

@@ -13,6 +13,15 @@ import enum
 class Advantage(str, enum.Enum):
     group_norm = "group_norm"  # (R - mean) / (std + eps): GRPO, DAPO, GSPO
     group_center = "group_center"  # R - mean: Dr.GRPO
+    rloo = "rloo"  # R_i - mean of the group's other G-1 rewards (leave-one-out): RLOO
+    reinforce_pp = "reinforce_pp"  # (R - batch mean) / (batch std + eps), over every response of the step: REINFORCE++
+
+
+class Objective(str, enum.Enum):
+    clip = "clip"  # PPO's clipped surrogate: GRPO, Dr.GRPO, DAPO, GSPO
+    cispo = "cispo"  # clipped, stop-gradient IS weight times log pi: CISPO (MiniMax-M1)
+    sapo = "sapo"  # a sigmoid gate of the ratio in place of the clip: SAPO (Qwen)
+    gmpo = "gmpo"  # the geometric mean of the token ratios, clipped in log space: GMPO
 
 
 class Ratio(str, enum.Enum):

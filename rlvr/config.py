@@ -28,6 +28,7 @@ from rlvr.choices import (  # noqa: F401 (re-exported: the schema's option types
     LongPrompts,
     LoraSync,
     LRSchedule,
+    Objective,
     PiOld,
     Precision,
     PromptFormat,
@@ -47,10 +48,13 @@ class ConfigError(ValueError):
 @dataclass
 class AlgoConfig:
     advantage: Advantage = MISSING
+    objective: Objective = MISSING  # the policy-gradient term: clip | cispo | sapo | gmpo (rlvr.algo.surrogate)
     ratio: Ratio = MISSING
     clip_low: float = MISSING
     clip_high: float = MISSING
-    clip_ratio_c: float | None = MISSING  # dual clip for A < 0; null = off
+    clip_ratio_c: float | None = MISSING  # dual clip for A < 0 (objective clip only); null = off
+    sapo_tau_pos: float = MISSING  # objective sapo: the gate's temperature for A > 0
+    sapo_tau_neg: float = MISSING  # objective sapo: the gate's temperature for A <= 0
     aggregation: Aggregation = MISSING
     kl_coef: float = MISSING
     kl_estimator: KLEstimator = MISSING
@@ -383,11 +387,20 @@ def check(cfg: Config) -> None:
             f"algo.prompts_per_step ({a.prompts_per_step}) must be a multiple of "
             f"algo.prompts_per_minibatch ({a.prompts_per_minibatch})"
         )
-    if not (0 <= a.clip_low < 1 and a.clip_high >= 0):
-        raise ConfigError(f"algo.clip_low must be in [0, 1) and algo.clip_high >= 0, got {a.clip_low}, {a.clip_high}")
+    if not (0 <= a.clip_low <= 1 and a.clip_high >= 0):
+        raise ConfigError(f"algo.clip_low must be in [0, 1] (1: no lower bound) and algo.clip_high >= 0, got "
+                          f"{a.clip_low}, {a.clip_high}")  # fmt: skip
     if a.clip_ratio_c is not None and a.clip_ratio_c <= 1:
         raise ConfigError(f"algo.clip_ratio_c must be > 1 (or null), got {a.clip_ratio_c}")
     check_tools(r)
+    if a.clip_ratio_c is not None and a.objective is not Objective.clip:
+        raise ConfigError(f"algo.clip_ratio_c (the dual clip) is a term of algo.objective=clip; set it to null for "
+                          f"algo.objective={a.objective.value}")  # fmt: skip
+    if a.objective is Objective.gmpo and a.ratio is not Ratio.token:
+        raise ConfigError(f"algo.objective=gmpo takes the token ratios (its own geometric mean of them); set "
+                          f"algo.ratio=token, got {a.ratio.value}")  # fmt: skip
+    if a.sapo_tau_pos <= 0 or a.sapo_tau_neg <= 0:
+        raise ConfigError(f"algo.sapo_tau_pos and algo.sapo_tau_neg must be > 0, got {a.sapo_tau_pos}, {a.sapo_tau_neg}")
     auto_or(r, "rollout", "cuda_graphs", bool)
     auto_or(r, "rollout", "sleep", bool)
     auto_or(r, "rollout", "max_num_seqs", int, 1)

@@ -17,7 +17,7 @@ import torch
 
 from rlvr import algo, checkpoint, distributed
 from rlvr.collect import collect, mean_dicts
-from rlvr.config import Advantage, Config
+from rlvr.config import Config
 from rlvr.run_state import RunStopped, save_checkpoint
 from rlvr.runs import FINAL_STEP_FILE
 from rlvr.startup import start, warn_if_unreadable
@@ -59,11 +59,9 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
                 continue
             engine.sleep()  # the learner's phases: on a GPU the engine's weights and KV cache leave it (rollout.sleep)
 
-            # 5. Group-relative advantages; overlong filtering removes truncated responses from the loss.
+            # 5. Advantages (algo.advantage); overlong filtering removes truncated responses from the loss.
             G = a.group_size
-            advantages = algo.group_advantages(
-                batch.rewards, G, scale_by_std=a.advantage is Advantage.group_norm
-            )  # [N]
+            advantages = algo.advantages(batch.rewards, G, a.advantage.value)  # [N]
             mask = batch.response_mask  # [N, T]
             if a.overlong_filter:
                 mask = mask * (~batch.truncated)[:, None]

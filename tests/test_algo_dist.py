@@ -1,6 +1,7 @@
 """The aggregation invariant across ranks, with a real gloo process group: each rank takes whole groups, passes the
 global counts and loss_scale=world_size, and its gradient is averaged over ranks like DDP/FSDP does. The averaged
-gradient (and loss) must equal the single-process full-batch ones, for every aggregation and ratio mode."""
+gradient (and loss) must equal the single-process full-batch ones, for every aggregation and ratio mode, and for every
+objective (clip, cispo, sapo, gmpo) under every aggregation."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from rlvr.algo import AGGREGATIONS, RATIOS, policy_loss
 
 N, T, G = 8, 5, 2
 LENGTHS = [5, 3, 1, 4, 2, 5, 3, 0]  # uneven, so per-rank token counts differ; one overlong-filtered row
-CASES = [(agg, ratio, 0.0) for agg, ratio in itertools.product(AGGREGATIONS, RATIOS)] + [("token_mean", "token", 0.1)]
+CASES = (
+    [(agg, ratio, 0.0, "clip") for agg, ratio in itertools.product(AGGREGATIONS, RATIOS)]
+    + [("token_mean", "token", 0.1, "clip")]
+    + [(agg, "token", 0.0, objective) for objective, agg in itertools.product(("cispo", "sapo", "gmpo"), AGGREGATIONS)]
+)
 
 
 def _batch() -> tuple[torch.Tensor, ...]:
@@ -30,14 +35,14 @@ def _batch() -> tuple[torch.Tensor, ...]:
     return logp, old, ref, adv, mask
 
 
-def _grad_and_loss(case: tuple[str, str, float], rows: slice, **counts: object) -> tuple[torch.Tensor, torch.Tensor]:
+def _grad_and_loss(case: tuple[str, str, float, str], rows: slice, **counts: object) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradient w.r.t. the shared [N, T] logprob 'parameter' of the loss over `rows` (zero outside them)."""
-    aggregation, ratio, kl_coef = case
+    aggregation, ratio, kl_coef, objective = case
     logp, old, ref, adv, mask = _batch()
     w = logp.clone().requires_grad_(True)  # [N, T]
     loss, _ = policy_loss(
         w[rows], old[rows], adv[rows], mask[rows], ratio=ratio, clip_low=0.2, clip_high=0.28,
-        aggregation=aggregation, max_len=T, ref_logprobs=ref[rows], kl_coef=kl_coef, **counts,
+        aggregation=aggregation, max_len=T, objective=objective, ref_logprobs=ref[rows], kl_coef=kl_coef, **counts,
     )  # fmt: skip
     loss.backward()
     assert w.grad is not None

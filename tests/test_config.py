@@ -13,7 +13,7 @@ from omegaconf import open_dict
 from rlvr.cli import check_overrides
 from rlvr.config import RECIPES, AlgoConfig, ConfigError, validate
 
-RECIPE_NAMES = ["grpo", "dr_grpo", "dapo", "gspo"]
+RECIPE_NAMES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "gmpo"]
 
 # docs/DESIGN.md, "Recipes": the values each recipe must state.
 TABLE = {
@@ -25,7 +25,16 @@ TABLE = {
                  aggregation="token_mean", kl_coef=0.0, dynamic_sampling=True, overlong_shaping=True),
     "gspo": dict(advantage="group_norm", ratio="sequence", clip_low=3e-4, clip_high=4e-4,
                  aggregation="seq_mean_token_mean", kl_coef=0.0, dynamic_sampling=False, overlong_shaping=False),
+    # the objectives of docs/guide/recipes.md: each paper's defaults
+    "cispo": dict(objective="cispo", advantage="group_norm", ratio="token", clip_low=1.0, clip_high=4.0,
+                  aggregation="token_mean", kl_coef=0.0, dynamic_sampling=True, overlong_shaping=True),
+    "sapo": dict(objective="sapo", advantage="group_norm", ratio="token", sapo_tau_pos=1.0, sapo_tau_neg=1.05,
+                 aggregation="seq_mean_token_mean", kl_coef=0.0, dynamic_sampling=False, overlong_shaping=False),
+    "gmpo": dict(objective="gmpo", advantage="group_norm", ratio="token", clip_low=0.4, clip_high=0.4,
+                 aggregation="seq_mean_token_mean", kl_coef=0.0, dynamic_sampling=False, overlong_shaping=False),
 }
+for _name in ("grpo", "dr_grpo", "dapo", "gspo"):
+    TABLE[_name]["objective"] = "clip"
 
 
 compose_cfg = compose_config
@@ -46,6 +55,28 @@ def test_recipe_matches_design_table(name):
         assert getattr(value, "value", value) == pytest.approx(expected), (name, key, value)
     # several optimizer updates per rollout batch, or the clip is inert (ratio identically 1)
     assert cfg.algo.prompts_per_step // cfg.algo.prompts_per_minibatch * cfg.algo.epochs > 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["recipe=cispo", "algo.clip_ratio_c=3.0"], "algo.clip_ratio_c"),
+        (["recipe=gmpo", "algo.ratio=sequence"], "algo.ratio=token"),
+        (["recipe=sapo", "algo.sapo_tau_neg=0"], "algo.sapo_tau_pos and algo.sapo_tau_neg"),
+        (["recipe=grpo", "algo.clip_low=1.5"], "algo.clip_low"),
+        (["recipe=grpo", "algo.objective=ppo"], "clip, cispo, sapo, gmpo"),
+        (["recipe=grpo", "algo.advantage=loo"], "group_norm, group_center, rloo, reinforce_pp"),
+    ],
+)
+def test_objective_and_advantage_misuse_is_a_config_error(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(compose_cfg(*overrides))
+
+
+@pytest.mark.parametrize("advantage", ["rloo", "reinforce_pp"])
+@pytest.mark.parametrize("recipe", RECIPE_NAMES)
+def test_baselines_combine_with_every_recipe(recipe, advantage):
+    assert validate(compose_cfg(f"recipe={recipe}", f"algo.advantage={advantage}")).algo.advantage.value == advantage
 
 
 def test_missing_recipe_field_is_an_error():
@@ -133,11 +164,11 @@ def test_cli_prints_composed_config(rlvr_cli, tmp_path):
 def test_cli_help_lists_groups(rlvr_cli, tmp_path):
     result = rlvr_cli("train", "--help", cwd=tmp_path)
     assert result.returncode == 0
-    assert "recipe: dapo, dr_grpo, grpo, gspo" in result.stdout
+    assert "recipe: cispo, dapo, dr_grpo, gmpo, grpo, gspo, sapo" in result.stdout
     assert "logger: console, wandb" in result.stdout
 
 
-@pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo"])
+@pytest.mark.parametrize("recipe", RECIPE_NAMES)
 def test_every_recipe_starts_on_1_2_4_8_and_16_ranks(recipe):
     """The torchrun commands of docs/guide/scaling.md: each engine samples whole groups, each rank trains on an equal share of rows."""
     from rlvr.config import check_world

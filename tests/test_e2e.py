@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-RECIPES = ["grpo", "dr_grpo", "dapo", "gspo"]
+RECIPES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "gmpo"]
 FAST = ["trainer.max_steps=2", "trainer.eval_every=0", "data.eval_size=64", "logger.progress=false"]
 
 
@@ -48,8 +48,8 @@ def check_clocks(rows: list[dict]) -> None:
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """The four recipes as ONE Hydra sweep (`-m recipe=grpo,dr_grpo,dapo,gspo`): one process, one job and one folder per
-    recipe, 2 steps each (the process's start-up is paid once, not four times). Read by the recipe tests, the saved
+    """The seven recipes as ONE Hydra sweep (`-m recipe=grpo,dr_grpo,dapo,gspo,cispo,sapo,gmpo`): one process, one job
+    and one folder per recipe, 2 steps each (the process's start-up is paid once, not seven times). Read by the recipe tests, the saved
     model's test and the sweep's own test."""
     from conftest import run_rlvr
 
@@ -167,10 +167,12 @@ def test_sweep_runs_one_folder_per_job(sweep):
     jobs = sorted(p.name for p in folder.iterdir() if (p / "metrics.jsonl").exists())
     assert jobs == [f"{i}-{recipe}" for i, recipe in enumerate(RECIPES)]
     aggregation = {"grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm", "dapo": "token_mean",
-                   "gspo": "seq_mean_token_mean"}  # fmt: skip
+                   "gspo": "seq_mean_token_mean", "cispo": "token_mean", "sapo": "seq_mean_token_mean",
+                   "gmpo": "seq_mean_token_mean"}  # fmt: skip
     for job, recipe in zip(jobs, RECIPES):
         cfg = yaml.safe_load((folder / job / "config.yaml").read_text())
         assert cfg["algo"]["aggregation"] == aggregation[recipe]
+        assert cfg["algo"]["objective"] == (recipe if recipe in ("cispo", "sapo", "gmpo") else "clip")
         assert [r["step"] for r in read_metrics(folder / job)] == [0, 1, 2]
     # each later job's clock starts at its own launch, after the job before's last write, not at the process's start
     files = [folder / job / "metrics.jsonl" for job in jobs]
