@@ -80,7 +80,7 @@ class AlgoConfig:
 class ToolConfig:
     sandbox: CodeSandbox = MISSING  # bwrap | none, as reward.code.sandbox
     cpu_s: float = MISSING  # CPU seconds per call
-    timeout_s: float = MISSING  # wall-clock seconds per call
+    timeout_s: float = MISSING  # wall-clock seconds per call (a function tool's too)
     memory_mb: int = MISSING  # address space per call
     output_tokens: int = MISSING  # the most tokens of a call's output the model is shown
     workers: int = MISSING  # calls run at once
@@ -101,7 +101,7 @@ class RolloutConfig:
     kv_cache_gib: Any = MISSING  # GPU: the engine's KV cache in GiB; auto (rlvr.settings)
     tensor_parallel_size: int = MISSING  # engine ranks per model copy under torchrun; 1 = one engine per rank
     max_num_seqs: Any = MISSING  # int | auto: sequences an engine runs at once (vLLM's max_num_seqs; rlvr.settings)
-    tools: list[str] = MISSING  # tools the model may call while it answers (rlvr.tools): [] | [python]
+    tools: list[str] = MISSING  # tools the model may call while it answers (rlvr.tools): python, package.module:function
     max_turns: int = MISSING  # tool calls per answer, at most
     tool: ToolConfig = field(default_factory=ToolConfig)  # the python tool's sandbox, limits and instruction
 
@@ -339,8 +339,9 @@ def check_tools(r: RolloutConfig) -> None:
     """rollout.tools names known tools, and the tool limits are usable."""
     names = [t.value for t in ToolName]
     for name in r.tools:
-        if name not in names:
-            raise ConfigError(f"rollout.tools: unknown tool {name!r}; the tools are {names} (e.g. rollout.tools=[python])")
+        if name not in names and ":" not in str(name):
+            raise ConfigError(f"rollout.tools: unknown tool {name!r}; the tools are {names}, or your own functions by "
+                              f"import path (e.g. rollout.tools=[python,mypkg.tools:lookup])")  # fmt: skip
     if len(set(r.tools)) != len(r.tools):
         raise ConfigError(f"rollout.tools names a tool twice: {list(r.tools)}")
     t = r.tool

@@ -33,6 +33,7 @@ from rlvr.types import Completion, ToolCall
 
 MAX_FENCE_TURNS = 16  # turns of one answer ended by a fence that held no call; past it the answer ends there
 CUT_MARKER = "\n[output cut: {shown} of {total} tokens shown]"
+TURN_END = ""  # what an answer waits on after a turn the model ended itself, when a tool reads calls there
 
 
 @dataclass
@@ -62,8 +63,9 @@ class _Answer:
     def end(self, finish: str) -> None:
         self.finish, self.running, self.waiting_on = finish, False, None
 
-    def take(self, turn: Completion, tool_stops: set[str], user_stops: set[str]) -> None:
-        """Append a turn the engine sampled; decide whether the answer ended or waits on a tool."""
+    def take(self, turn: Completion, tool_stops: set[str], user_stops: set[str], at_turn_end: bool) -> None:
+        """Append a turn the engine sampled; decide whether the answer ended or waits on a tool (`at_turn_end`: a tool
+        reads calls in turns the model ends itself, at its end-of-turn token)."""
         n = len(turn.token_ids)
         self.ids += turn.token_ids
         self.from_model += [True] * n
@@ -78,6 +80,8 @@ class _Answer:
             self.end("length")
         elif turn.stop_string in tool_stops:
             self.waiting_on = turn.stop_string
+        elif at_turn_end and turn.stop_string is None:
+            self.waiting_on = TURN_END
         else:
             self.end("stop")
 
@@ -122,6 +126,7 @@ class ToolSampler:
         """`n` answers per prompt, as Engine.generate. The first turn is one engine call with the prompts' seeds (as
         without tools); a continuation's seed derives from (the prompt's seed, the sample, the turn)."""
         tool_stops = {s for tool in self.tools for s in tool.stop}
+        at_turn_end = any(tool.turn_end for tool in self.tools)
         user_stops = set(stop)
         stops = list(dict.fromkeys([*stop, *tool_stops]))
         answers = [[_Answer(list(p), max_tokens, None if seeds is None else seeds[i]) for _ in range(n)]
@@ -130,7 +135,7 @@ class ToolSampler:
                                      seeds=seeds, stop=stops, keep_stop=True)  # fmt: skip
         for group, turns in zip(answers, first, strict=True):
             for answer, turn in zip(group, turns, strict=True):
-                answer.take(turn, tool_stops, user_stops)
+                answer.take(turn, tool_stops, user_stops, at_turn_end)
         flat = [(a, j) for group in answers for j, a in enumerate(group)]
         for turn_number in range(1, 10**9):
             self._serve_tools([a for a, _ in flat if a.waiting_on is not None])
@@ -144,61 +149,82 @@ class ToolSampler:
                                         max_tokens=[a.left for a, _ in going], temperature=temperature, top_p=top_p,
                                         seeds=next_seeds, stop=stops, keep_stop=True)  # fmt: skip
             for (answer, _), (turn,) in zip(going, outs, strict=True):
-                answer.take(turn, tool_stops, user_stops)
+                answer.take(turn, tool_stops, user_stops, at_turn_end)
         return [[a.completion(sampled=temperature > 0) for a in group] for group in answers]
 
     def _serve_tools(self, waiting: list[_Answer]) -> None:
-        """Every answer that stopped at a tool's stop string: run its call (all in parallel), append the output; or
-        let it go on (a fence that closed no call), or end it (over max_turns, or no room left)."""
-        jobs: list[tuple[_Answer, Tool, str]] = []
+        """Every answer whose turn may hold calls: run them (every call of every answer in parallel) and append what
+        they return; or let it go on (a fence that closed no call), or end it (no call at its end of turn, over
+        max_turns, or no room left)."""
+        jobs: list[tuple[_Answer, Tool, list[str]]] = []
         for answer in waiting:
             stop, answer.waiting_on = answer.waiting_on, None
-            found = next(((t, r) for t in self.tools if stop in t.stop for r in [t.parse(answer.since_call)] if r is not None), None)
+            found = next(((t, r) for t in self.tools if (t.turn_end if stop == TURN_END else stop in t.stop)
+                          for r in [t.parse(answer.since_call)] if r), None)  # fmt: skip
             if found is None:
                 answer.fence_turns += 1
-                if answer.fence_turns > MAX_FENCE_TURNS:
+                if stop == TURN_END or answer.fence_turns > MAX_FENCE_TURNS:
                     answer.end("stop")
-            elif len(answer.calls) >= self.max_turns:
+            elif len(answer.calls) + len(found[1]) > self.max_turns:
                 answer.hit_max_turns = True
                 answer.end("stop")
             else:
                 jobs.append((answer, *found))
-        if not jobs:
+        calls = [(answer, tool, request) for answer, tool, requests in jobs for request in requests]
+        if not calls:
             return
         start = time.monotonic()
-        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(jobs)))) as pool:
-            results = list(pool.map(lambda job: _call(job[1], job[2], job[0]), jobs))
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(calls)))) as pool:
+            results = iter(list(pool.map(lambda call: _call(call[1], call[2], call[0]), calls)))
         self.tool_seconds += time.monotonic() - start
-        for (answer, tool, request), result in zip(jobs, results, strict=True):
-            ids = self._output_ids(tool, result.output, answer.left)
-            answer.calls.append(ToolCall(tool.name, request, result.output, result.status, result.seconds))
-            if ids is None:  # not even a cut output fits: the answer ends here
+        for answer, tool, requests in jobs:
+            turn = [next(results) for _ in requests]
+            answer.calls += [ToolCall(tool.name, q, r.output, r.status, r.seconds) for q, r in zip(requests, turn, strict=True)]
+            ids = self._output_ids(tool, [r.output for r in turn], answer.left)
+            if ids is None:  # not even cut outputs fit: the answer ends here
                 answer.end("length")
                 continue
             answer.add_output(ids)
             if answer.left <= 0:
                 answer.end("length")
 
-    def _output_ids(self, tool: Tool, output: str, left: int) -> list[int] | None:
-        """The ids of the output as the model is shown it, encoded once: cut to rollout.tool.output_tokens and to what
-        is left of the answer's budget (keeping its first tokens, then a marker); None when no cut of it fits."""
-        limit = min(self.output_tokens, left)
-        ids = self._encode(tool.format(output))
-        if len(ids) <= limit:
-            return ids
-        body = self._encode(output)
-        keep = min(len(body), limit)
+    def _output_ids(self, tool: Tool, outputs: list[str], left: int) -> list[int] | None:
+        """The ids of what the model is shown after a turn's calls, encoded once: each output cut to
+        rollout.tool.output_tokens, then the longest ones further until all fits in what is left of the answer's budget
+        (each keeps its first tokens, then a marker); None when no cut fits."""
+        bodies = [self._encode(output) for output in outputs]
+        caps = [self.output_tokens] * len(outputs)
+        while True:
+            shown = [self._cut(output, body, cap) for output, body, cap in zip(outputs, bodies, caps, strict=True)]
+            if None in shown:
+                return None
+            ids = [i for text, markup in tool.format(shown) for i in self._encode(text, markup)]  # type: ignore[arg-type]
+            excess = len(ids) - left
+            if excess <= 0:
+                return ids
+            sizes = [len(self._encode(s)) for s in shown]  # type: ignore[arg-type]
+            k = max(range(len(sizes)), key=sizes.__getitem__)
+            caps[k] = min(sizes[k] - 1, sizes[k] - excess)
+            if caps[k] < 0:
+                return None
+
+    def _cut(self, output: str, body: list[int], cap: int) -> str | None:
+        """`output` as shown within `cap` tokens: whole, or its first tokens and a marker; None when no cut fits."""
+        if len(body) <= cap:
+            return output
+        keep = min(len(body), cap)
         while keep >= 0:
             shown = self.tokenizer.decode(body[:keep]) + CUT_MARKER.format(shown=keep, total=len(body))
-            ids = self._encode(tool.format(shown))
-            if len(ids) <= limit:
-                return ids
-            keep = min(keep - 1, keep - (len(ids) - limit))
+            size = len(self._encode(shown))
+            if size <= cap:
+                return shown
+            keep = min(keep - 1, keep - (size - cap))
         return None
 
-    def _encode(self, text: str) -> list[int]:
-        # split_special_tokens: "<|im_end|>" printed by a program is text, not the end-of-turn token (HF tokenizers)
-        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))  # type: ignore[call-arg]
+    def _encode(self, text: str, markup: bool = False) -> list[int]:
+        """Tool output: special-token text ("<|im_end|>" printed by a program) is encoded as text, never as the token
+        (HF tokenizers' split_special_tokens). Markup (a chat template's frame): its special tokens are tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=not markup))  # type: ignore[call-arg]
 
 
 def _call(tool: Tool, request: str, answer: _Answer) -> ToolResult:
@@ -221,7 +247,7 @@ def sampler(engine: Engine, cfg: Config) -> Sampler:
         return engine
     t = r.tool
     limits = PythonLimits(cpu_s=t.cpu_s, wall_s=t.timeout_s, memory_mb=t.memory_mb, sandbox=t.sandbox is CodeSandbox.bwrap)
-    return ToolSampler(engine, build(list(r.tools), limits), max_turns=r.max_turns, output_tokens=t.output_tokens,
+    return ToolSampler(engine, build(list(r.tools), limits, engine.tokenizer), max_turns=r.max_turns, output_tokens=t.output_tokens,
                        workers=t.workers)  # fmt: skip
 
 

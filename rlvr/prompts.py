@@ -9,7 +9,9 @@ Formats (data.format):
 - `plain`: the text itself, tokenized with the tokenizer's special tokens (a BOS where the model has one).
 - `auto`: chat when the tokenizer has a chat template, plain otherwise (the built-in model has none).
 data.prompt_template (with `{prompt}`) rewrites the prompt text first; data.system_prompt goes first (a system
-message in chat, a paragraph before the prompt in plain text).
+message in chat, a paragraph before the prompt in plain text). With rollout.tools, the python tool's instruction ends
+it, and the user's functions (rlvr.function_tools) go to the chat template as `tools=` (or, where the template has no
+tool support, rlvr's description of them ends the system message); they need the chat path.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlvr import console
+from rlvr import console, function_tools
 from rlvr.config import Config, ConfigError, DataConfig, LongPrompts, PromptFormat, VerifierName
 from rlvr.types import Example
 
@@ -53,16 +55,29 @@ def apply_template(template: str, prompt: str) -> str:
     return template.replace("{prompt}", prompt)  # not str.format: prompts and templates may hold braces (LaTeX)
 
 
-def render(examples: list[Example], tokenizer: Any, cfg: DataConfig, instruction: str | None = None) -> list[Example]:
-    """The examples with `prompt_ids` set: the ids of the prompt as the model sees it; `instruction`: the tool
-    instruction (a system paragraph)."""
+def render(
+    examples: list[Example], tokenizer: Any, cfg: DataConfig, instruction: str | None = None, tools: list[dict] | None = None
+) -> list[Example]:
+    """The examples with `prompt_ids` set: the ids of the prompt as the model sees it; `instruction`: the python tool's
+    instruction (a system paragraph); `tools`: the JSON schemas of the user's function tools."""
     if chat_format(cfg.format, tokenizer):
+        if tools:
+            function_tools.ChatFrame(tokenizer, tools)  # the template can show their results (ConfigError if not)
+            if not function_tools.renders_tools(tokenizer, [{"role": "user", "content": "?"}], tools):
+                instruction, tools = _joined(instruction, function_tools.describe(tools)), None
         out = []
         for e in examples:
-            ids = tokenizer.apply_chat_template(messages_of(e, cfg, instruction), add_generation_prompt=True, tokenize=True)
+            ids = tokenizer.apply_chat_template(messages_of(e, cfg, instruction), tools=tools or None, add_generation_prompt=True, tokenize=True)
             ids = ids["input_ids"] if not isinstance(ids, list) else ids  # transformers 5 returns a mapping
             out.append(dataclasses.replace(e, prompt_ids=tuple(ids)))
         return out
+    if tools:
+        raise ConfigError(
+            f"rollout.tools names functions, which are offered to the model through its chat template, but prompts are "
+            f"formatted as plain text (data.format={cfg.format.value}"
+            f"{', and the tokenizer has no chat template' if cfg.format is PromptFormat.auto else ''}); use a model with a "
+            f"chat template, or rollout.tools=[python] alone"
+        )
     if any(e.messages is not None for e in examples):
         first = next(e for e in examples if e.messages is not None)
         raise ConfigError(
@@ -98,7 +113,7 @@ def drop_long_prompts(examples: list[Example], budget: int, mode: LongPrompts) -
 
 def prepare(
     train_set: list[Example], eval_set: list[Example], tokenizer: Any, context: int, cfg: DataConfig, max_new_tokens: int,
-    *, verbose: bool = True, instruction: str | None = None,
+    *, verbose: bool = True, instruction: str | None = None, tools: list[dict] | None = None,
 ) -> tuple[list[Example], list[Example], int, dict[str, int]]:
     """Render both sets, then drop (or reject) prompts over the budget; return the sets, the engine's max_model_len
     and the counts dropped.
@@ -108,7 +123,7 @@ def prepare(
     """
     budget = cfg.max_prompt_tokens or context - max_new_tokens
     (train_set, train_dropped), (eval_set, eval_dropped) = (
-        drop_long_prompts(render(examples, tokenizer, cfg, instruction), budget, cfg.long_prompts)
+        drop_long_prompts(render(examples, tokenizer, cfg, instruction, tools), budget, cfg.long_prompts)
         for examples in (train_set, eval_set)
     )
     if not eval_set:
@@ -134,6 +149,7 @@ def load(
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
     train_set, eval_set, max_model_len, dropped = prepare(
         train_set, eval_set, AutoTokenizer.from_pretrained(model_path), context, cfg.data, cfg.rollout.max_new_tokens,
-        verbose=verbose, instruction=cfg.rollout.tool.instruction if cfg.rollout.tools else None,
+        verbose=verbose, instruction=cfg.rollout.tool.instruction if "python" in cfg.rollout.tools else None,
+        tools=function_tools.load(list(cfg.rollout.tools))[1] or None,
     )
     return train_set, eval_set, task_verifier, max_model_len, dropped

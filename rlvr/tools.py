@@ -1,7 +1,7 @@
 """Tools the model calls while it answers (rollout.tools). One protocol for every kind: find a call in the turn the
 model just wrote, run it, format its result for the model. rlvr.multiturn drives the turns.
 
-`python`: the model writes a fenced ```python block; the engine stops at its closing fence (PythonTool.STOP); the
+`python`: the model writes a fenced ```python block; the engine stops at its closing fence (PythonTool.CLOSE); the
 block runs in the sandbox the code verifier uses (rlvr.verifiers.sandbox: bubblewrap, no network, no host files,
 resource limits, seccomp, a wall-clock kill of the whole tree, capped output) and its stdout and stderr come back as a
 ```output block, after which the model goes on. Calls in one answer share state as a notebook's cells do: each call
@@ -9,6 +9,8 @@ runs the answer's earlier cells first, in one namespace, with their output disca
 ignored there: the model saw it when that cell ran), then the new cell, whose last expression's value is shown as a
 notebook shows it. Re-running costs the earlier cells' time again (measured in docs/measured/tools.md) and keeps no
 process alive between turns. The sandbox runs the interpreter with its standard library only (no site-packages).
+
+The user's own functions (`package.module:function`) are the other kind: rlvr.function_tools.
 
 This module imports neither torch nor vllm.
 """
@@ -18,11 +20,9 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from rlvr.verifiers import sandbox
-
-TOOL_NAMES = ("python",)  # rollout.tools' choices (a closed set: one class each)
 
 
 @dataclass(frozen=True)
@@ -32,18 +32,26 @@ class ToolResult:
     seconds: float
 
 
+# What the model is shown after a turn's calls: pieces of text in order, each (text, markup). Markup is the chat
+# template's own text (its special tokens are tokens: "<|im_start|>"); everything else, a tool's output above all, is
+# encoded with special-token text split into plain text, so no program or function can end the model's turn.
+Piece = tuple[str, bool]
+
+
 class Tool(Protocol):
     name: str
     stop: tuple[str, ...]  # stop strings that end a turn which may hold a call
+    turn_end: bool  # calls are also looked for in a turn the model ended itself (its end-of-turn token)
 
-    def parse(self, turn: str) -> str | None:
-        """The call in the model's text since the last tool output (it ends at a stop string), or None."""
+    def parse(self, turn: str) -> list[str]:
+        """The calls in the model's text since the last tool output (it ends at a stop string or at the model's end
+        of turn), in order; [] when it holds none."""
 
     def run(self, request: str, earlier: list[str]) -> ToolResult:
         """Run `request`; `earlier` holds this answer's earlier requests to this tool, in order."""
 
-    def format(self, output: str) -> str:
-        """The text the model is shown after its call."""
+    def format(self, outputs: list[str]) -> list[Piece]:
+        """What the model is shown after one turn's calls, given their outputs (each already cut to its budget)."""
 
 
 @dataclass(frozen=True)
@@ -102,25 +110,26 @@ class PythonTool:
     name = "python"
     CLOSE = "\n```\n"
     stop: tuple[str, ...] = (CLOSE,)
+    turn_end = False
 
     def __init__(self, limits: PythonLimits, output_bytes: int = 1 << 16) -> None:
         self.limits = limits
         self.output_bytes = output_bytes  # what the sandbox reads back; the shown output is cut further by tokens
 
-    def parse(self, turn: str) -> str | None:
-        """The code of the python block that the turn closes last: the text after the last opening fence (at the
-        start of a line) up to the closing fence that ends the turn. None when the turn does not end in a closing
-        fence or no python block is open before it (a closed ``` of another language, or an opening bare fence)."""
+    def parse(self, turn: str) -> list[str]:
+        """[the code of the python block that the turn closes last]: the text after the last opening fence (at the
+        start of a line) up to the closing fence that ends the turn. [] when the turn does not end in a closing fence
+        or no python block is open before it (a closed ``` of another language, or an opening bare fence)."""
         if not turn.endswith(self.CLOSE):
-            return None
+            return []
         body = turn[: len(turn) - len(self.CLOSE) + 1]  # keep the newline that ends the code
         opened = list(_OPEN_FENCE.finditer(body))  # opening fences at the start of a line
         if not opened:
-            return None
+            return []
         code = body[opened[-1].end() :]
         if "\n```" in "\n" + code:  # that block closed earlier: this fence closes something else
-            return None
-        return code
+            return []
+        return [code]
 
     def run(self, request: str, earlier: list[str]) -> ToolResult:
         program = _PROGRAM.format(cells=[*earlier, request])
@@ -151,22 +160,29 @@ class PythonTool:
             text += f"\n[MemoryError: over {lim.memory_mb} MiB]"
         return ToolResult(text, _STATUS.get(kind, "error"), seconds)
 
-    def format(self, output: str) -> str:
-        body = output[:-1] if output.endswith("\n") else output
-        return f"```output\n{body}\n```\n"
+    def format(self, outputs: list[str]) -> list[Piece]:
+        return [("```output\n" + output.removesuffix("\n") + "\n```\n", False) for output in outputs]
 
 
-def build(names: list[str], limits: PythonLimits) -> list[Tool]:
-    """The tools rollout.tools names (checked against TOOL_NAMES by rlvr.config)."""
-    return [PythonTool(limits) for name in names if name == "python"]
+def build(names: list[str], limits: PythonLimits, tokenizer: Any = None) -> list[Tool]:
+    """The tools rollout.tools names (checked by rlvr.config): the python tool, and the functions named by import path
+    as one tool (rlvr.function_tools; `tokenizer`'s chat template frames their results)."""
+    from rlvr import function_tools
+
+    tools: list[Tool] = [PythonTool(limits)] if "python" in names else []
+    if any(function_tools.is_function(name) for name in names):
+        functions, schemas = function_tools.load(names)
+        tools.append(function_tools.FunctionTools(functions, function_tools.ChatFrame(tokenizer, schemas), limits.wall_s))
+    return tools
 
 
 def check(names: list[str], sandboxed: bool) -> None:
-    """Before any model loads: the sandbox the python tool runs in works (ConfigError naming the package or the kernel
+    """Before any model loads: the functions named import and have schemas, the sandbox the python tool runs in works (ConfigError naming the package or the kernel
     setting if not); rollout.tool.sandbox=none warns instead."""
-    from rlvr import console
+    from rlvr import console, function_tools
     from rlvr.config import ConfigError
 
+    function_tools.load(names)  # the functions named by import path import and can be described (ConfigError)
     if "python" not in names:
         return
     if not sandboxed:

@@ -11,12 +11,13 @@ from rlvr.tools import ToolResult
 class DigitTool:
     name = "digit"
     stop = ("1",)
+    turn_end = False
 
-    def parse(self, turn: str) -> str | None:
-        return "1" if turn.endswith("1") else None
+    def parse(self, turn: str) -> list[str]:
+        return ["1"] if turn.endswith("1") else []
 
     def run(self, request: str, earlier: list[str]) -> ToolResult:
         return ToolResult(f"{len(earlier)}+", "ok", 0.0)
 
-    def format(self, output: str) -> str:
-        return output
+    def format(self, outputs: list[str]) -> list[tuple[str, bool]]:
+        return [(output, False) for output in outputs]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from scripted_engine import ScriptedIdsEngine
 
 from rlvr import algo
 from rlvr.multiturn import CUT_MARKER, MAX_FENCE_TURNS, ToolSampler, metrics
@@ -71,9 +72,10 @@ class EchoTool:
     name: str = "echo"
     stop: tuple[str, ...] = ("!",)
     delay: float = 0.0
+    turn_end: bool = False
 
-    def parse(self, turn: str) -> str | None:
-        return turn[turn.rindex("CALL ") + 5 : -1] if "CALL " in turn and turn.endswith("!") else None
+    def parse(self, turn: str) -> list[str]:
+        return [turn[turn.rindex("CALL ") + 5 : -1]] if "CALL " in turn and turn.endswith("!") else []
 
     def run(self, request: str, earlier: list[str]) -> ToolResult:
         time.sleep(self.delay)
@@ -81,8 +83,8 @@ class EchoTool:
             raise RuntimeError("the tool broke")
         return ToolResult(f"{request}|{len(earlier)}", "ok", self.delay)
 
-    def format(self, output: str) -> str:
-        return f"<{output}>"
+    def format(self, outputs: list[str]) -> list[tuple[str, bool]]:
+        return [(f"<{output}>", False) for output in outputs]
 
 
 def sampler(script, *, max_turns=4, output_tokens=64, tools=None) -> tuple[ToolSampler, FakeEngine]:
@@ -164,7 +166,8 @@ def test_outputs_are_cut_to_the_output_budget_and_to_what_is_left():
     (c,) = s.generate([tuple(b"P")], n=1, max_tokens=500, temperature=1.0, top_p=1.0, seeds=[0], stop=[])[0]
     shown = s.tokenizer.decode([t for t, m in zip(c.token_ids, c.from_model) if not m])
     kept = shown.index("\n") - 1
-    assert shown == "<" + "z" * kept + CUT_MARKER.format(shown=kept, total=102) + ">" and len(shown) == 60 and kept > 10
+    # rollout.tool.output_tokens bounds the output as shown (marker included), not the tool's own frame around it
+    assert shown == "<" + "z" * kept + CUT_MARKER.format(shown=kept, total=102) + ">" and len(shown) == 60 + 2 and kept > 10
     assert c.calls[0].output == "z" * 100 + "|0" and c.text.endswith("end")  # the record keeps the whole output
     # the answer's budget: 40 tokens, 26 written by the call: room for 14, less than any cut output: it ends there
     s, _ = sampler(by_turn("CALL " + "z" * 20 + "!", "end"), output_tokens=60)
@@ -229,14 +232,14 @@ def test_a_masked_tokens_gradient_is_exactly_zero():
 
 def test_python_fence_parsing():
     tool = PythonTool.__new__(PythonTool)
-    assert tool.parse("Let me compute.\n```python\nx = 2\nx * 3\n```\n") == "x = 2\nx * 3\n"
-    assert tool.parse("```py\nprint(1)\n```\n") == "print(1)\n"
-    assert tool.parse("a\n```python\n```\n") == ""
-    assert tool.parse("text\n```\n") is None  # an opening bare fence
-    assert tool.parse("```bash\nls\n```\n") is None  # another language's block
-    assert tool.parse("```python\na = 1\n```\nthen\n```\n") is None  # that block closed before
-    assert tool.parse("x ```python\na = 1\n```\n") is None  # a fence counts at the start of a line only
-    assert tool.parse("```python\na = 1\n```") is None  # not a closing fence the engine stops at
+    assert tool.parse("Let me compute.\n```python\nx = 2\nx * 3\n```\n") == ["x = 2\nx * 3\n"]
+    assert tool.parse("```py\nprint(1)\n```\n") == ["print(1)\n"]
+    assert tool.parse("a\n```python\n```\n") == [""]
+    assert tool.parse("text\n```\n") == []  # an opening bare fence
+    assert tool.parse("```bash\nls\n```\n") == []  # another language's block
+    assert tool.parse("```python\na = 1\n```\nthen\n```\n") == []  # that block closed before
+    assert tool.parse("x ```python\na = 1\n```\n") == []  # a fence counts at the start of a line only
+    assert tool.parse("```python\na = 1\n```") == []  # not a closing fence the engine stops at
     assert PythonTool.stop == ("\n```\n",)
 
 
@@ -290,18 +293,6 @@ def bpe_tokenizer():
     tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<eos>"],
                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<unk>")
-
-
-class ScriptedIdsEngine:
-    """A fake engine (unit tests only) that "samples" given token ids turn after turn, with their text and stop string."""
-
-    def __init__(self, tokenizer, turns: list[tuple[list[int], str | None]]) -> None:
-        self.tokenizer, self.turns, self.prompts = tokenizer, list(turns), []
-
-    def generate(self, prompts, *, n, max_tokens, temperature, top_p, seeds, stop, keep_stop=False):
-        ids, stop_string = self.turns.pop(0)
-        self.prompts.append(list(prompts[0]))
-        return [[Completion(list(prompts[0]), ids, self.tokenizer.decode(ids), "stop", [-1.0] * len(ids), stop_string)]]
 
 
 def test_an_answer_whose_text_would_encode_otherwise_trains_on_the_engines_ids():

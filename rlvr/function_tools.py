@@ -1,0 +1,209 @@
+"""The user's own functions as tools (rollout.tools=[mypkg.tools:lookup]), offered through the model's chat template.
+
+A function is named by import path, as reward.fn is, and described to the model by its signature and Google-style
+docstring (transformers' `get_json_schema`, the schema `apply_chat_template(tools=...)` takes). The prompt is the chat
+template rendered with `tools=` those schemas; a template that ignores them (SmolLM2's does) gets rlvr's own
+description instead, FUNCTIONS_PROMPT, at the end of the system message. The model calls in the JSON format of the
+Qwen2.5/Qwen3, Hermes and SmolLM3 templates, one object per call, and ends its turn:
+
+    <tool_call>
+    {"name": "lookup", "arguments": {"word": "cat"}}
+    </tool_call><|im_end|>
+
+Every call of that turn runs (in parallel, rollout.tool.workers at a time) IN THE TRAINER'S PROCESS, WITH THE USER'S
+RIGHTS, as a user reward.fn does: no sandbox, so a function is trusted code. Each result (a str as it is, anything else
+as JSON) comes back as a `tool` message the template renders, followed by the next assistant header, and the model
+goes on. The template's own text around the results is markup (its special tokens are tokens); the results are plain
+text (special-token text in them stays text). A malformed call (not JSON, no such function, arguments that do not
+fit), a function that raises, or one that runs past rollout.tool.timeout_s is an error output for that answer, never
+a crash. A function that never returns keeps its thread (a daemon) until the process ends: rlvr cannot stop Python
+code in its own process, so a function that may hang should bound itself.
+
+This module imports neither torch nor vllm (transformers only when it builds schemas).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rlvr.config import ConfigError
+from rlvr.tools import Piece, ToolResult
+
+FUNCTIONS_PROMPT = """You can call these functions, each described in JSON:
+<tools>
+{tools}
+</tools>
+To call one, write its name and arguments as one JSON object between <tool_call> and </tool_call>, then end your turn.
+Its result comes back in the next message, and you go on from there:
+<tool_call>
+{{"name": "<function name>", "arguments": {{"<argument>": <value>}}}}
+</tool_call>"""
+
+_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)  # an unclosed last call is read to the turn's end
+_ANSWER_MARK = "RLVR_ANSWER_MARK"
+_RESULT_MARK = "RLVR_RESULT_MARK_{}"
+
+
+def is_function(name: str) -> bool:
+    """Whether a rollout.tools entry names a function by import path ("package.module:function")."""
+    return ":" in name
+
+
+def load(names: list[str]) -> tuple[dict[str, Callable[..., Any]], list[dict]]:
+    """The functions rollout.tools names by import path, by the name the model calls them by, and their JSON schemas;
+    ConfigError naming the entry when one cannot be imported or described."""
+    from transformers.utils import get_json_schema
+
+    from rlvr.verifiers.pool import load_function
+
+    functions: dict[str, Callable[..., Any]] = {}
+    schemas = []
+    for path in (n for n in names if is_function(n)):
+        try:
+            fn = load_function(path)
+        except ValueError as e:
+            raise ConfigError(f"rollout.tools: {e}") from None
+        try:
+            schema = get_json_schema(fn)
+        except Exception as e:  # transformers' DocstringParsingException, TypeHintParsingException
+            raise ConfigError(
+                f"rollout.tools: {path!r} cannot be described to the model: {e} (a tool function needs type hints and a "
+                f"Google-style docstring with an 'Args:' line for each argument, as apply_chat_template(tools=...) takes)"
+            ) from None
+        name = schema["function"]["name"]
+        if name in functions:
+            raise ConfigError(f"rollout.tools: two functions are named {name!r} ({path!r} and an earlier entry): the "
+                              f"model calls functions by name")  # fmt: skip
+        functions[name] = fn
+        schemas.append(schema)
+    return functions, schemas
+
+
+def describe(schemas: list[dict]) -> str:
+    """rlvr's description of the functions, for a chat template that does not render `tools` itself."""
+    return FUNCTIONS_PROMPT.format(tools="\n".join(json.dumps(s, ensure_ascii=False) for s in schemas))
+
+
+def renders_tools(tokenizer: Any, messages: list[dict], schemas: list[dict]) -> bool:
+    """Whether the tokenizer's chat template puts the tools in the prompt (it renders otherwise with them than without)."""
+    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
+    return tokenizer.apply_chat_template(messages, tools=schemas, **kwargs) != tokenizer.apply_chat_template(messages, **kwargs)
+
+
+class ChatFrame:
+    """The chat template's text around tool results: what follows the model's end-of-turn token after a turn of calls,
+    up to the next assistant header, with the results left out. Rendered from the template itself (a conversation
+    with marks in place of the contents), so every template's own layout holds: Qwen's <tool_response> blocks inside
+    one user turn, a `tool` role of its own in ChatML."""
+
+    def __init__(self, tokenizer: Any, schemas: list[dict]) -> None:
+        self.tokenizer = tokenizer
+        self.schemas = schemas
+        self._around: dict[int, list[str]] = {}
+        self.around(1)  # a template that cannot render tool results fails here, before any model loads
+
+    def around(self, n: int) -> list[str]:
+        """The n + 1 markup texts around n results, in order."""
+        if n not in self._around:
+            marks = [_RESULT_MARK.format(i) for i in range(n)]
+            conversation = [{"role": "user", "content": "RLVR_QUESTION_MARK"}, {"role": "assistant", "content": _ANSWER_MARK},
+                            *({"role": "tool", "content": m} for m in marks)]  # fmt: skip
+            try:
+                text = self.tokenizer.apply_chat_template(conversation, tools=self.schemas or None, add_generation_prompt=True, tokenize=False)
+            except Exception as e:  # jinja's errors, a template's raise_exception
+                raise ConfigError(f"rollout.tools: the model's chat template cannot render a function's result (a "
+                                  f"'tool' message after the assistant's): {type(e).__name__}: {e}") from None  # fmt: skip
+            positions = [text.find(m) for m in (_ANSWER_MARK, *marks)]
+            if min(positions) < 0 or positions != sorted(positions):
+                raise ConfigError("rollout.tools: the model's chat template leaves out or reorders tool results, so "
+                                  "function tools cannot be shown to the model")  # fmt: skip
+            after = text[positions[0] + len(_ANSWER_MARK) :]
+            eos = self.tokenizer.eos_token or ""
+            if not eos or not after.startswith(eos):
+                raise ConfigError(f"rollout.tools: the model's chat template ends an assistant message with "
+                                  f"{after[:20]!r}, not with the token the model ends its turns with ({eos!r}); "
+                                  f"function tools need the two to be the same")  # fmt: skip
+            self._around[n] = re.split("|".join(marks), after[len(eos) :])
+        return self._around[n]
+
+
+class FunctionTools:
+    """The user's functions as one tool: calls in the JSON format above, results as the template's tool messages."""
+
+    name = "functions"
+    stop: tuple[str, ...] = ()
+    turn_end = True
+
+    def __init__(self, functions: dict[str, Callable[..., Any]], frame: ChatFrame, timeout_s: float) -> None:
+        self.functions = functions
+        self.frame = frame
+        self.timeout_s = timeout_s
+
+    def parse(self, turn: str) -> list[str]:
+        """The text of each <tool_call> block of the turn, in order (an unclosed last one to the turn's end)."""
+        return [m.group(1).strip() for m in _CALL.finditer(turn)]
+
+    def run(self, request: str, earlier: list[str]) -> ToolResult:
+        start = time.monotonic()
+
+        def error(message: str, status: str = "error") -> ToolResult:
+            return ToolResult(f"[{message}]", status, time.monotonic() - start)
+
+        try:
+            call = json.loads(request)
+        except ValueError as e:
+            return error(f"the tool call is not JSON: {e}")
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return error('a tool call is one JSON object: {"name": <function name>, "arguments": {...}}')
+        name, args = call["name"], call.get("arguments", {})
+        if name not in self.functions:
+            return error(f"there is no function {name[:100]!r}; the functions are {sorted(self.functions)}")
+        if isinstance(args, str):  # some models write the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        if not isinstance(args, dict):
+            return error(f"the arguments of {name} must be a JSON object, not {type(args).__name__}")
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = self.functions[name](**args)
+            except BaseException as e:  # noqa: BLE001  (SystemExit too: the user's code, this answer's error)
+                box["error"] = e
+
+        thread = threading.Thread(target=target, name=f"rlvr-tool-{name}", daemon=True)
+        thread.start()
+        thread.join(self.timeout_s)
+        if thread.is_alive():
+            return error(f"{name} timed out after {self.timeout_s:g} s", "timeout")
+        if "error" in box:
+            raised = box["error"]
+            return error(f"{name} raised {type(raised).__name__}: {_text(raised)[:500]}")
+        value = box.get("value")
+        if isinstance(value, str):
+            return ToolResult(value, "ok", time.monotonic() - start)
+        try:
+            return ToolResult(json.dumps(value, ensure_ascii=False, default=str), "ok", time.monotonic() - start)
+        except (TypeError, ValueError) as e:  # circular structures
+            return error(f"{name} returned a {type(value).__name__} that cannot be written as JSON: {e}")
+
+    def format(self, outputs: list[str]) -> list[Piece]:
+        around = self.frame.around(len(outputs))
+        pieces: list[Piece] = [(around[0], True)]
+        for output, markup in zip(outputs, around[1:], strict=True):
+            pieces += [(output, False), (markup, True)]
+        return [p for p in pieces if p[0]]
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # str() of an exception can itself raise
+        return ""
