@@ -152,15 +152,16 @@ def _row_problem(row: dict[str, Any], prompt_key: str, answer_key: str, code: bo
 
 
 def _messages_problem(messages: list[Any], prompt_key: str) -> str | None:
-    """Why a chat `messages` list is not one, or None: objects with a role and a string content, a user message."""
+    """Why a chat `messages` list is not one, or None: objects with a role and a string content, a user message. A
+    `tool` message (a function's result, as in a few-shot example of tool use) is rendered by the chat template."""
     where = f"field '{prompt_key}' (data.prompt_key)"
     if not messages:
         return f"{where} is an empty list of messages"
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not {"role", "content"} <= m.keys():
             return f"{where}: message {i} must be an object with 'role' and 'content', got {_show(m)}"
-        if m["role"] not in ("system", "user", "assistant") or not isinstance(m["content"], str):
-            return f"{where}: message {i} must have role system|user|assistant and a string content, got {_show(m)}"
+        if m["role"] not in ("system", "user", "assistant", "tool") or not isinstance(m["content"], str):
+            return f"{where}: message {i} must have role system|user|assistant|tool and a string content, got {_show(m)}"
     if not any(m["role"] == "user" for m in messages):
         return f"{where} has no user message"
     return None

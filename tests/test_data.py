@@ -238,7 +238,7 @@ def test_eval_size_must_leave_training_rows(tmp_path):
         (['{"prompt": [{"role": "user"}], "answer": "1"}'], ["line 3", "'prompt'", "message 0", "'role' and 'content'"]),
         (['{"prompt": [], "answer": "1"}'], ["line 3", "'prompt'", "empty list of messages"]),
         (['{"prompt": [{"role": "system", "content": "x"}], "answer": "1"}'], ["line 3", "no user message"]),
-        (['{"prompt": [{"role": "bot", "content": "x"}], "answer": "1"}'], ["line 3", "message 0", "system|user|assistant"]),
+        (['{"prompt": [{"role": "bot", "content": "x"}], "answer": "1"}'], ["line 3", "message 0", "system|user|assistant|tool"]),
         (['{"prompt": {"text": "a"}, "answer": "1"}'], ["line 3", "'prompt'", "a list of chat messages, got dict"]),
         (['{"prompt": "a", "answer": null}'], ["line 3", "'answer'", "empty"]),
         (['{"prompt": "a", "answer": " "}'], ["line 3", "'answer'", "empty"]),

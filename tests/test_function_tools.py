@@ -259,3 +259,26 @@ def test_long_results_are_cut_each_to_the_output_budget_and_together_to_the_answ
     shown = tok.decode([t for t, m in zip(c.token_ids, c.from_model) if not m])
     first = "z" * 8 + CUT_MARKER.format(shown=8, total=300)  # 44 tokens: within 45 (9 + a 37-token marker is 46)
     assert shown == before + first + middle + cut + after and frame + 44 + 60 <= room - len(ids(tok, call + call)) - 1
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [("4821 * 7393", "35641653"), ("347^59 mod 997", str(pow(347, 59, 997))), ("pow(347, 59, 997)", str(pow(347, 59, 997))),
+     ("85227 + 42680 + 11718 + 38407 + 63497", "241529"), ("1/3 + 1/6", "1/2"), ("(2 + 3) * -4", "-20"), ("10 // 3", "3")],
+)
+def test_the_calc_example_function_is_exact_arithmetic(expression, value):
+    from rlvr.tasks.calc_tools import calculate
+
+    assert calculate(expression) == value
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [("__import__('os').getcwd()", "only numbers"), ("x + 1", "only numbers"), ("2 ** 100000", "about 100000 digits"),
+     ("9 ** 9 ** 9", "digits"), ("1 / 0", "division by zero"), ("pow(2, -1, 7.5)", "integers"), ("1 +", "not an arithmetic")],
+)
+def test_the_calc_example_function_evaluates_nothing_else(expression, error):
+    from rlvr.tasks.calc_tools import calculate
+
+    with pytest.raises((ValueError, ZeroDivisionError), match=error):
+        calculate(expression)

@@ -184,3 +184,48 @@ def test_smollm2_with_the_python_tool_through_the_cli(rlvr_cli, tmp_path):
     report = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert report["metrics"]["eval/accuracy"] == rows[-1]["eval/accuracy"]
     assert report["metrics"]["eval/tool_calls_per_answer"] == rows[-1]["eval/tool_calls_per_answer"]
+
+
+def fewshot_tool_rows(count: int) -> list[dict]:
+    """data=calc questions as chat rows that open with two worked examples of calling the calculate function (a
+    `tool` message holds each result): the untrained 135M model never writes a <tool_call> from the description alone
+    (0 of 450 answers on data=calc), and copies the examples' format."""
+    from rlvr.tasks import calc
+
+    shots = []
+    for question, expression, result in (("What is 12 * 34?", "12 * 34", "408"), ("What is 250 + 175?", "250 + 175", "425")):
+        call = "<tool_call>\n" + json.dumps({"name": "calculate", "arguments": {"expression": expression}}) + "\n</tool_call>"
+        shots += [{"role": "user", "content": question}, {"role": "assistant", "content": call},
+                  {"role": "tool", "content": result}, {"role": "assistant", "content": f"The answer is \\boxed{{{result}}}."}]  # fmt: skip
+    return [{"prompt": [*shots, {"role": "user", "content": q}], "answer": str(a)} for q, a in calc.problems(count, 5, 4, ("product", "sum"))]
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_smollm2_calls_a_function_tool_token_exactly_through_the_cli(rlvr_cli, tmp_path):
+    """Issue 42 item 8 on the real engine: SmolLM2 (chat template without tool support, so rlvr's description) calls
+    rlvr.tasks.calc_tools:calculate in the <tool_call> format, the results come back as the template's tool message,
+    and the learner (fp32) scores the model's tokens of those multi-turn answers as the engine sampled them."""
+    data = tmp_path / "fewshot.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in fewshot_tool_rows(20)))
+    out = tmp_path / "functions"
+    result = rlvr_cli("train", "recipe=grpo", "model=smollm2_135m", "data=file", f"data.path={data}", "data.eval_size=8",
+                      "reward.verifier=math", "rollout.tools=[rlvr.tasks.calc_tools:calculate]", "rollout.max_new_tokens=96",
+                      "algo.kl_coef=0", "algo.pi_old=engine", "trainer.precision=fp32", "algo.prompts_per_step=2",
+                      "algo.prompts_per_minibatch=1", "algo.group_size=4", "trainer.max_steps=1", "logger.samples_every=1",
+                      "logger.progress=false", f"trainer.output_dir={out}", cwd=tmp_path, timeout=1500)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tools rlvr.tasks.calc_tools:calculate" in result.stdout
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["eval/tool_calls_per_answer"] >= 0.5 and rows[1]["tools/calls_per_answer"] >= 0.5
+    assert rows[1]["rollout/logprob_mismatch_max"] < 1e-4, rows[1]["rollout/logprob_mismatch_max"]  # fp32 on both sides
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    called = [s for s in samples if s["tool_calls"]]
+    assert called and all(c["tool"] == "functions" for s in called for c in s["tool_calls"])
+    ok = [s for s in called if s["tool_calls"][0]["status"] == "ok"]
+    assert ok and all(f"<|im_start|>tool\n{s['tool_calls'][0]['output']}<|im_end|>\n<|im_start|>assistant\n" in s["completion"] for s in ok)
+    evaluated = rlvr_cli("eval", f"run={out}", "eval.n=0", f"output_dir={tmp_path / 'eval'}", cwd=tmp_path, timeout=900)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert report["metrics"]["eval/accuracy"] == rows[-1]["eval/accuracy"]
+    assert report["metrics"]["eval/tool_calls_per_answer"] == rows[-1]["eval/tool_calls_per_answer"]
