@@ -345,11 +345,12 @@ def check_tools(r: RolloutConfig) -> None:
     if len(set(r.tools)) != len(r.tools):
         raise ConfigError(f"rollout.tools names a tool twice: {list(r.tools)}")
     t = r.tool
-    if r.tools and (r.max_turns < 1 or t.output_tokens < 1 or t.workers < 1 or t.cpu_s <= 0 or t.timeout_s <= 0 or t.memory_mb < 16):
+    if r.tools and (r.max_turns < 1 or t.output_tokens < 48 or t.workers < 1 or t.cpu_s <= 0 or t.timeout_s <= 0 or t.memory_mb < 16):
         raise ConfigError(
-            f"with rollout.tools, rollout.max_turns, rollout.tool.output_tokens and rollout.tool.workers must be >= 1, "
-            f"rollout.tool.cpu_s and rollout.tool.timeout_s > 0 and rollout.tool.memory_mb >= 16; got {r.max_turns}, "
-            f"{t.output_tokens}, {t.workers}, {t.cpu_s}, {t.timeout_s}, {t.memory_mb}"
+            f"with rollout.tools, rollout.max_turns and rollout.tool.workers must be >= 1, rollout.tool.output_tokens >= 48 "
+            f"(room for the cut marker, one token per character included), rollout.tool.cpu_s and rollout.tool.timeout_s "
+            f"> 0 and rollout.tool.memory_mb >= 16; got max_turns={r.max_turns}, workers={t.workers}, output_tokens="
+            f"{t.output_tokens}, cpu_s={t.cpu_s}, timeout_s={t.timeout_s}, memory_mb={t.memory_mb}"
         )
 
 

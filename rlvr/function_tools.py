@@ -46,7 +46,8 @@ Its result comes back in the next message, and you go on from there:
 
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)  # an unclosed last call is read to the turn's end
 _ANSWER_MARK = "RLVR_ANSWER_MARK"
-_RESULT_MARK = "RLVR_RESULT_MARK_{}"
+_RESULT_MARK = 'RLVR"RESULT\n{}MARK'  # a quote and a newline inside: a template that escapes results (tojson) shows
+MAX_RESULT_CHARS = 1 << 16  # a longer result is cut here, before it is tokenized (status "limit"), as the sandbox's output
 
 
 def is_function(name: str) -> bool:
@@ -90,9 +91,13 @@ def describe(schemas: list[dict]) -> str:
 
 
 def renders_tools(tokenizer: Any, messages: list[dict], schemas: list[dict]) -> bool:
-    """Whether the tokenizer's chat template puts the tools in the prompt (it renders otherwise with them than without)."""
+    """Whether the tokenizer's chat template describes the tools itself, in the <tool_call> format rlvr reads: it
+    renders otherwise with them than without, and its text names <tool_call>. A template that teaches another format
+    (Llama 3.1's bare JSON, Qwen3-Coder's XML) is not used for them: rlvr's description is, so that the model is told
+    the format its calls are read in."""
     kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
-    return tokenizer.apply_chat_template(messages, tools=schemas, **kwargs) != tokenizer.apply_chat_template(messages, **kwargs)
+    with_tools = tokenizer.apply_chat_template(messages, tools=schemas, **kwargs)
+    return with_tools != tokenizer.apply_chat_template(messages, **kwargs) and "<tool_call>" in with_tools
 
 
 class ChatFrame:
@@ -106,6 +111,9 @@ class ChatFrame:
         self.schemas = schemas
         self._around: dict[int, list[str]] = {}
         self.around(1)  # a template that cannot render tool results fails here, before any model loads
+        if "<tool_call>" in getattr(tokenizer, "all_special_tokens", []):
+            raise ConfigError("rollout.tools: the tokenizer has <tool_call> as a special token, which the engine leaves "
+                              "out of the text calls are read from")  # fmt: skip
 
     def around(self, n: int) -> list[str]:
         """The n + 1 markup texts around n results, in order."""
@@ -120,15 +128,16 @@ class ChatFrame:
                                   f"'tool' message after the assistant's): {type(e).__name__}: {e}") from None  # fmt: skip
             positions = [text.find(m) for m in (_ANSWER_MARK, *marks)]
             if min(positions) < 0 or positions != sorted(positions):
-                raise ConfigError("rollout.tools: the model's chat template leaves out or reorders tool results, so "
-                                  "function tools cannot be shown to the model")  # fmt: skip
+                raise ConfigError("rollout.tools: the model's chat template leaves out, rewrites (e.g. quotes them as "
+                                  "JSON) or reorders tool results, so rlvr cannot show a function's result as the "
+                                  "template would")  # fmt: skip
             after = text[positions[0] + len(_ANSWER_MARK) :]
             eos = self.tokenizer.eos_token or ""
             if not eos or not after.startswith(eos):
                 raise ConfigError(f"rollout.tools: the model's chat template ends an assistant message with "
                                   f"{after[:20]!r}, not with the token the model ends its turns with ({eos!r}); "
                                   f"function tools need the two to be the same")  # fmt: skip
-            self._around[n] = re.split("|".join(marks), after[len(eos) :])
+            self._around[n] = re.split("|".join(map(re.escape, marks)), after[len(eos) :])
         return self._around[n]
 
 
@@ -160,7 +169,8 @@ class FunctionTools:
             return error(f"the tool call is not JSON: {e}")
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return error('a tool call is one JSON object: {"name": <function name>, "arguments": {...}}')
-        name, args = call["name"], call.get("arguments", {})
+        name, args = call["name"], call.get("arguments", call.get("parameters"))  # "parameters": Llama's spelling
+        args = {} if args is None else args
         if name not in self.functions:
             return error(f"there is no function {name[:100]!r}; the functions are {sorted(self.functions)}")
         if isinstance(args, str):  # some models write the arguments as a JSON string
@@ -187,12 +197,13 @@ class FunctionTools:
             raised = box["error"]
             return error(f"{name} raised {type(raised).__name__}: {_text(raised)[:500]}")
         value = box.get("value")
-        if isinstance(value, str):
-            return ToolResult(value, "ok", time.monotonic() - start)
         try:
-            return ToolResult(json.dumps(value, ensure_ascii=False, default=str), "ok", time.monotonic() - start)
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
         except (TypeError, ValueError) as e:  # circular structures
             return error(f"{name} returned a {type(value).__name__} that cannot be written as JSON: {e}")
+        if len(text) > MAX_RESULT_CHARS:
+            return ToolResult(text[:MAX_RESULT_CHARS] + f"\n[result cut: {len(text)} characters]", "limit", time.monotonic() - start)
+        return ToolResult(text, "ok", time.monotonic() - start)
 
     def format(self, outputs: list[str]) -> list[Piece]:
         around = self.frame.around(len(outputs))

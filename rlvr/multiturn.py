@@ -63,9 +63,10 @@ class _Answer:
     def end(self, finish: str) -> None:
         self.finish, self.running, self.waiting_on = finish, False, None
 
-    def take(self, turn: Completion, tool_stops: set[str], user_stops: set[str], at_turn_end: bool) -> None:
-        """Append a turn the engine sampled; decide whether the answer ended or waits on a tool (`at_turn_end`: a tool
-        reads calls in turns the model ends itself, at its end-of-turn token)."""
+    def take(self, turn: Completion, tool_stops: set[str], user_stops: set[str], turn_end_id: int | None) -> None:
+        """Append a turn the engine sampled; decide whether the answer ended or waits on a tool (`turn_end_id`: a tool
+        reads calls in turns the model ends itself with this token, the chat template's end of turn; a turn that
+        stopped at another stop token, e.g. another EOS id of the generation config, ends the answer)."""
         n = len(turn.token_ids)
         self.ids += turn.token_ids
         self.from_model += [True] * n
@@ -80,7 +81,7 @@ class _Answer:
             self.end("length")
         elif turn.stop_string in tool_stops:
             self.waiting_on = turn.stop_string
-        elif at_turn_end and turn.stop_string is None:
+        elif turn_end_id is not None and turn.stop_string is None and turn.token_ids[-1:] == [turn_end_id]:
             self.waiting_on = TURN_END
         else:
             self.end("stop")
@@ -126,7 +127,7 @@ class ToolSampler:
         """`n` answers per prompt, as Engine.generate. The first turn is one engine call with the prompts' seeds (as
         without tools); a continuation's seed derives from (the prompt's seed, the sample, the turn)."""
         tool_stops = {s for tool in self.tools for s in tool.stop}
-        at_turn_end = any(tool.turn_end for tool in self.tools)
+        turn_end_id = self.tokenizer.eos_token_id if any(tool.turn_end for tool in self.tools) else None
         user_stops = set(stop)
         stops = list(dict.fromkeys([*stop, *tool_stops]))
         answers = [[_Answer(list(p), max_tokens, None if seeds is None else seeds[i]) for _ in range(n)]
@@ -135,7 +136,7 @@ class ToolSampler:
                                      seeds=seeds, stop=stops, keep_stop=True)  # fmt: skip
         for group, turns in zip(answers, first, strict=True):
             for answer, turn in zip(group, turns, strict=True):
-                answer.take(turn, tool_stops, user_stops, at_turn_end)
+                answer.take(turn, tool_stops, user_stops, turn_end_id)
         flat = [(a, j) for group in answers for j, a in enumerate(group)]
         for turn_number in range(1, 10**9):
             self._serve_tools([a for a, _ in flat if a.waiting_on is not None])
@@ -149,7 +150,7 @@ class ToolSampler:
                                         max_tokens=[a.left for a, _ in going], temperature=temperature, top_p=top_p,
                                         seeds=next_seeds, stop=stops, keep_stop=True)  # fmt: skip
             for (answer, _), (turn,) in zip(going, outs, strict=True):
-                answer.take(turn, tool_stops, user_stops, at_turn_end)
+                answer.take(turn, tool_stops, user_stops, turn_end_id)
         return [[a.completion(sampled=temperature > 0) for a in group] for group in answers]
 
     def _serve_tools(self, waiting: list[_Answer]) -> None:

@@ -28,9 +28,9 @@ class Example:
 class ToolCall:
     """One tool call inside an answer (rlvr.tools): what the model asked for, what came back, how it went."""
 
-    tool: str  # "python"
-    request: str  # the code (or call) as the model wrote it
-    output: str  # what the model was shown (cut to rollout.tool.output_tokens)
+    tool: str  # "python" | "functions"
+    request: str  # the code, or the <tool_call> JSON, as the model wrote it
+    output: str  # what the tool returned, whole (the model was shown it cut to rollout.tool.output_tokens)
     status: str  # "ok" | "error" (an exception, a non-zero exit) | "timeout" | "limit" (memory, output, budget)
     seconds: float  # wall time of the call
 

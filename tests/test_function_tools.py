@@ -31,7 +31,8 @@ CHATML = (
 # a template with tool support in the Qwen2.5 layout (written here): the tools in the system message, consecutive
 # tool results as <tool_response> blocks inside one user turn
 WITH_TOOLS = (  # transformers renders templates with trim_blocks: a newline right after a {% %} tag is written as {{ }}
-    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}"
+    "{{ '\\n' }}Call one as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{% endif %}"
     "{% for m in messages %}{% if m['role'] == 'tool' %}"
     "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
     "{{ '\\n<tool_response>\\n' }}{{ m['content'] }}\n</tool_response>"
@@ -104,6 +105,8 @@ def test_config_takes_function_paths_beside_python():
     assert list(cfg.rollout.tools) == ["python", "tool_functions:multiply"]
     with pytest.raises(ConfigError, match=r"unknown tool 'multiply'.*import path"):
         validate(compose_config("rollout.tools=[multiply]"))
+    with pytest.raises(ConfigError, match=r"rollout.tool.output_tokens >= 48 \(room for the cut marker.*output_tokens=47"):
+        validate(compose_config("rollout.tools=[python]", "rollout.tool.output_tokens=47"))
 
 
 def test_calls_are_parsed_in_order_an_unclosed_last_one_to_the_end():
@@ -127,12 +130,20 @@ def test_calls_are_parsed_in_order_an_unclosed_last_one_to_the_end():
         ('{"name": "multiply", "arguments": {"a": 1}}', "error", "[multiply raised TypeError: "),
         ('{"name": "lookup", "arguments": {"word": "dog"}}', "error", "[lookup raised KeyError: \"no entry for 'dog'\"]"),
         ('{"name": "leave", "arguments": {}}', "error", "[leave raised SystemExit: 3]"),
+        ('{"name": "multiply", "parameters": {"a": 2, "b": 5}}', "ok", "10"),  # Llama's spelling of "arguments"
+        ('{"name": "leave", "arguments": null}', "error", "[leave raised SystemExit: 3]"),  # null: no arguments
     ],
 )
 def test_a_call_returns_its_result_or_an_error_output_never_raises(request_, status, output):
     result = function_tool(chat_tokenizer(), "multiply", "lookup", "echo", "leave").run(request_, [])
     assert result.status == status
     assert result.output == output if status == "ok" or output.endswith("]") else result.output.startswith(output)
+
+
+def test_a_huge_result_is_cut_before_it_is_tokenized():
+    result = function_tool(chat_tokenizer(), "echo").run(json.dumps({"name": "echo", "arguments": {"text": "y" * 10**6}}), [])
+    limit = function_tools.MAX_RESULT_CHARS
+    assert result.status == "limit" and result.output == "y" * limit + "\n[result cut: 1000000 characters]"
 
 
 def test_a_function_that_runs_past_the_timeout_is_a_timeout_output():
@@ -155,8 +166,9 @@ def test_the_frame_is_the_templates_own_text_around_the_results():
     [
         (CHATML.replace("{% for m in messages %}", "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools') }}{% endif %}"),
          "cannot render a function's result.*no tools"),
-        (CHATML.replace("{% for m in messages %}", "{% for m in messages if m['role'] != 'tool' %}"), "leaves out or reorders"),
+        (CHATML.replace("{% for m in messages %}", "{% for m in messages if m['role'] != 'tool' %}"), "leaves out, rewrites"),
         (CHATML.replace("<|im_end|>\n{% endfor %}", "</s>\n{% endfor %}"), r"ends an assistant message with '</s>\\n.*'<\|im_end\|>'"),
+        (CHATML.replace("{{ m['content'] }}", "{{ m['content'] | tojson }}"), "rewrites"),  # results quoted as JSON (Llama 3.1)
     ],
 )
 def test_a_template_that_cannot_frame_results_is_a_config_error(template, message):
@@ -164,11 +176,29 @@ def test_a_template_that_cannot_frame_results_is_a_config_error(template, messag
         ChatFrame(chat_tokenizer(template), [])
 
 
+def test_a_tokenizer_whose_tool_call_tag_is_a_special_token_is_refused():
+    tok = chat_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<tool_call>"]})  # the engine's text drops it
+    with pytest.raises(ConfigError, match="<tool_call> as a special token"):
+        ChatFrame(tok, [])
+
+
+def test_a_template_that_teaches_another_call_format_gets_rlvrs_description():
+    """A template that renders the tools but asks for another format (Llama 3.1's bare JSON with "parameters") is not
+    used for them: the model is told the <tool_call> format its calls are read in."""
+    _, schemas = function_tools.load(["tool_functions:multiply"])
+    other = chat_tokenizer("{% if tools %}Call a function as {\"name\": ..., \"parameters\": ...}: {{ tools | tojson }}\n{% endif %}" + CHATML)
+    assert not function_tools.renders_tools(other, [{"role": "user", "content": "?"}], schemas)
+    text = other.decode(render(EXAMPLES[:1], other, data_cfg(), None, schemas)[0].prompt_ids)
+    assert text.startswith(f"<|im_start|>system\n{function_tools.describe(schemas)}<|im_end|>") and "parameters\": ..." not in text
+
+
 def test_the_functions_reach_the_prompt_through_the_template_or_rlvrs_description():
     _, schemas = function_tools.load(["tool_functions:multiply"])
     with_tools = chat_tokenizer(WITH_TOOLS)
     text = with_tools.decode(render(EXAMPLES[:1], with_tools, data_cfg(), None, schemas)[0].prompt_ids)
-    assert text == f"<|im_start|>system\nTools:\n{json.dumps(schemas[0])}<|im_end|>\n<|im_start|>user\n12+34=<|im_end|>\n<|im_start|>assistant\n"
+    assert text == (f"<|im_start|>system\nTools:\n{json.dumps(schemas[0])}\nCall one as <tool_call>{{\"name\": ..., \"arguments\": "
+                    f"...}}</tool_call><|im_end|>\n<|im_start|>user\n12+34=<|im_end|>\n<|im_start|>assistant\n")  # fmt: skip
     chatml = chat_tokenizer()  # ignores `tools`: rlvr's own description ends the system message, after the python one
     text = chatml.decode(render(EXAMPLES[:1], chatml, data_cfg(system_prompt="Be brief."), "Use python.", schemas)[0].prompt_ids)
     assert text == (f"<|im_start|>system\nBe brief.\n\nUse python.\n\n{function_tools.describe(schemas)}<|im_end|>\n"
@@ -226,6 +256,17 @@ def test_a_result_that_holds_special_token_text_stays_text():
     shown = [t for t, m in zip(c.token_ids, c.from_model) if not m]
     body = shown[len(ids(tok, before, markup=True)) : len(shown) - len(ids(tok, after, markup=True))]
     assert body == ids(tok, "<|im_end|><|im_start|>user") and tok.eos_token_id not in body and len(body) == 26
+
+
+def test_a_turn_that_stopped_at_another_token_than_the_templates_end_of_turn_runs_no_call():
+    """vLLM also stops at the generation config's other EOS ids (Qwen's <|endoftext|>): such a turn is not the
+    template's end of turn, so its calls are not run and the answer ends there."""
+    tok = chat_tokenizer()
+    other_eos = tok.convert_tokens_to_ids("<eos>")
+    engine = ScriptedIdsEngine(tok, [(ids(tok, f"<tool_call>{CALL}</tool_call>") + [other_eos], None), (ids(tok, "never"), None)])
+    s = ToolSampler(engine, [function_tool(tok, "multiply")], max_turns=4, output_tokens=64, workers=1)  # type: ignore[arg-type]
+    (c,) = s.generate([(5,)], n=1, max_tokens=500, temperature=1.0, top_p=1.0, seeds=[0], stop=[])[0]
+    assert not c.calls and len(engine.prompts) == 1 and c.finish_reason == "stop" and c.token_ids[-1] == other_eos
 
 
 def test_a_malformed_call_is_an_error_output_and_the_answer_goes_on():

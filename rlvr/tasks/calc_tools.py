@@ -35,6 +35,7 @@ def calculate(expression: str) -> str:
 
 def _evaluate(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        assert isinstance(node.value, int | float)
         return _bounded(Fraction(node.value))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         value = _evaluate(node.operand)
