@@ -225,7 +225,8 @@ class ToolSampler:
     def _encode(self, text: str, markup: bool = False) -> list[int]:
         """Tool output: special-token text ("<|im_end|>" printed by a program) is encoded as text, never as the token
         (HF tokenizers' split_special_tokens). Markup (a chat template's frame): its special tokens are tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=not markup))  # type: ignore[call-arg]
+        # verbose=False: a long output is encoded whole before it is cut (transformers would warn that it is too long)
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=not markup, verbose=False))  # type: ignore[call-arg]
 
 
 def _call(tool: Tool, request: str, answer: _Answer) -> ToolResult:

@@ -62,7 +62,7 @@ def function_tool(tok, *names: str, timeout_s: float = 2.0) -> FunctionTools:
 
 
 def ids(tok, text: str, markup: bool = False) -> list[int]:
-    return tok.encode(text, add_special_tokens=False, split_special_tokens=not markup)
+    return tok.encode(text, add_special_tokens=False, split_special_tokens=not markup, verbose=False)
 
 
 def test_functions_load_by_import_path_with_their_schemas():
@@ -323,3 +323,20 @@ def test_the_calc_example_function_evaluates_nothing_else(expression, error):
 
     with pytest.raises((ValueError, ZeroDivisionError), match=error):
         calculate(expression)
+
+
+def test_a_long_result_is_cut_without_the_tokenizers_too_long_warning(caplog):
+    """A result is encoded whole before it is cut: transformers' "longer than the specified maximum sequence length"
+    warning would reach the console of a run whose tool printed a lot (seen in a SmolLM2 run)."""
+    tok = chat_tokenizer()
+    tok.model_max_length = 100
+    tok.deprecation_warnings.clear()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"):
+            c, _ = sample(tok, function_tool(tok, "echo"), ['<tool_call>{"name": "echo", "arguments": {"text": "' + "q" * 500 + '"}}</tool_call>', "ok"], output_tokens=60)
+    finally:
+        hf_logging.disable_propagation()
+    assert "[output cut: 23 of 500 tokens shown]" in tok.decode(c.token_ids) and "longer than the specified maximum" not in caplog.text

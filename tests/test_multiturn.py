@@ -26,7 +26,7 @@ class CharTokenizer:
 
     pad_token_id = 0
 
-    def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = True) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = True, verbose: bool = True) -> list[int]:
         return [ord(ch) for ch in text]
 
     def decode(self, ids: list[int]) -> str:
