@@ -1,8 +1,9 @@
 """make mutation: mutmut over the pure core, then its numbers and surviving mutants (docs/mutation.md).
 
 The pure core is the functions matched by CORE below: all of rlvr/algo.py, the micro-batch plan (rlvr/batching.py),
-the answer extraction (rlvr/verifiers/extraction.py), the math verifier's normalization and equivalence, and the
-arithmetic and countdown verifiers. Not in it: the math verifier's refusal estimate and work-budget tracer (resource
+the answer extraction (rlvr/verifiers/extraction.py), the math verifier's normalization and equivalence, the
+arithmetic and countdown verifiers, and the code verifier's test record (rlvr/verifiers/code_record.py: parsing and
+validation only; the sandboxed runs are not mutated). Not in it: the math verifier's refusal estimate and work-budget tracer (resource
 bounds, not the answer), its logging filter and `_warm_up` (sympy's lazy imports). mutmut 3 leaves decorated
 functions alone, so the verifier's caches wrap plain functions (`_parse_uncached`, `_equivalent_uncached`), which are
 mutated.
@@ -35,6 +36,7 @@ CORE = [
     "rlvr.algo.*",
     "rlvr.batching.*",
     "rlvr.verifiers.arithmetic.*",
+    "rlvr.verifiers.code_record.*",
     "rlvr.verifiers.countdown.*",
     "rlvr.verifiers.extraction.*",
     *(
