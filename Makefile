@@ -108,9 +108,10 @@ model: install
 config-reference: install
 	$(PY) scripts/config_reference.py
 
-# Mutation testing of the pure core (rlvr/algo.py, the micro-batch plan, the math, arithmetic and countdown verifiers'
-# extraction and equivalence) with mutmut, outside `make test`: ~16 minutes on 2 cores; docs/mutation.md has the report and why
-# each surviving mutant is equivalent. Fails if a survivor is unexplained or the kill rate is under 90%.
+# Mutation testing of the pure core (rlvr/algo.py, the micro-batch plan, the answer extraction, the math, arithmetic and
+# countdown verifiers, the code verifier's test record) with mutmut, outside `make test`: ~1 hour on 2 shared cores
+# (2026-12-05); docs/mutation.md has the report and why each surviving mutant is equivalent. Fails if a survivor is
+# unexplained or the kill rate is under 90%.
 mutation: install
 	$(PY) scripts/mutation.py
 

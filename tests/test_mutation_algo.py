@@ -1,4 +1,5 @@
-"""rlvr.algo and the micro-batch plan: the behaviours a mutation run (mutmut 3.8.1 over the pure core, issue 26) found untested.
+"""rlvr.algo and the micro-batch plan: the behaviours the mutation runs (mutmut 3.8.1 over the pure core, issues 26 and 43)
+found untested.
 
 Each test names the contract it pins: error messages, dtypes of normalizers and metrics, empty-input defaults,
 strict/non-strict boundaries of the clip statistics, and the micro-batch split order.
@@ -57,6 +58,11 @@ def _terms(logp: list[list[float]], adv: list[float], mask: list[list[float]] | 
         (lambda x: policy_loss_terms(x, x, x[:, 0], x, ratio="token", clip_low=0.2, clip_high=0.2,
                                      aggregation="token_mean", rollout_correction="token_truncated"),
          "rollout_correction 'token_truncated' requires engine_logprobs"),
+        (lambda x: policy_loss_terms(x, x, x[:, 0], x, ratio="token", clip_low=0.2, clip_high=0.2,
+                                     aggregation="token_mean", objective="ppo"),
+         "unknown objective 'ppo'; valid choices: clip, cispo, sapo, gmpo"),
+        (lambda x: algo.advantages(x[0], 3, "grpo"),
+         "unknown advantage 'grpo'; valid choices: group_norm, group_center, rloo, reinforce_pp"),
     ],
 )
 def test_error_messages_name_the_option_the_value_and_the_choices(call, message: str) -> None:
@@ -82,6 +88,22 @@ def test_integer_rewards_and_groups_of_two() -> None:
     assert adv.dtype == torch.get_default_dtype()
     s = 1 / math.sqrt(2)  # std of (1, 0) with Bessel's correction; A = +-0.5 / s
     torch.testing.assert_close(adv, torch.tensor([0.5 / s, -0.5 / s, 0.0, 0.0]), atol=1e-5, rtol=0)
+
+
+def test_advantage_modes_pass_eps_on() -> None:
+    """eps is the std's offset for group_norm and for reinforce_pp's batch normalisation alike."""
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64)
+    s = torch.tensor([1.0, 0.0]).std().item()  # of a group (1, 0): 1/sqrt(2)
+    torch.testing.assert_close(algo.advantages(r, 2, "group_norm", eps=1.0),
+                               torch.tensor([0.5, -0.5, 0.0, 0.0], dtype=F64) / (s + 1.0))  # fmt: skip
+    torch.testing.assert_close(algo.advantages(r, 2, "reinforce_pp", eps=1.0), (r - 0.25) / (r.std() + 1.0))
+
+
+def test_reinforce_pp_normalises_two_responses() -> None:
+    """Only a single response has no spread (A = 0); two already do: +-0.5 / std(0, 1)."""
+    a = algo.batch_advantages(torch.tensor([0.0, 1.0], dtype=F64))
+    torch.testing.assert_close(a, torch.tensor([-0.5, 0.5], dtype=F64) / (1 / math.sqrt(2) + 1e-6))
+    assert algo.batch_advantages(torch.tensor([3.0], dtype=F64)).tolist() == [0.0]
 
 
 def test_overlong_penalty_accepts_a_buffer_of_one() -> None:
@@ -143,6 +165,41 @@ def test_advantages_take_the_logprobs_dtype() -> None:
     loss, _ = policy_loss_terms(lp, lp, torch.tensor([1.0], dtype=F64), torch.ones(1, 2), ratio="token",
                                 clip_low=0.2, clip_high=0.2, aggregation="token_mean")
     assert loss.dtype == torch.float32
+
+
+def test_the_dual_clip_keeps_the_logprobs_dtype() -> None:
+    lp = torch.zeros(1, 2, dtype=torch.float32)
+    loss, _ = policy_loss_terms(lp, lp, torch.tensor([-1.0], dtype=F64), torch.ones(1, 2), ratio="token",
+                                clip_low=0.2, clip_high=0.2, aggregation="token_mean", clip_ratio_c=3.0)  # fmt: skip
+    assert loss.dtype == torch.float32
+
+
+# ---------------------------------------------------------------- objectives
+
+
+def _one_token(objective: str, log_r: float, adv: float, **kw):
+    """policy_loss_terms' loss of one response of one token with log-ratio log_r and advantage adv."""
+    lp = torch.tensor([[log_r]], dtype=F64)
+    return policy_loss_terms(lp, torch.zeros_like(lp), torch.tensor([adv], dtype=F64), torch.ones_like(lp),
+                             ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean",
+                             objective=objective, **kw)[0].item()  # fmt: skip
+
+
+def test_sapo_temperatures_reach_the_gate() -> None:
+    """At r = 1 the SAPO loss is -2A / tau, tau = sapo_tau_pos for A > 0 and sapo_tau_neg otherwise; surrogate's own
+    defaults are policy_loss_terms' (1.0, 1.05)."""
+    assert _one_token("sapo", 0.0, 1.0, sapo_tau_pos=2.0) == pytest.approx(-1.0, rel=1e-12)
+    assert _one_token("sapo", 0.0, -1.0, sapo_tau_neg=4.0) == pytest.approx(0.5, rel=1e-12)
+    lp, mask = torch.zeros(2, 1, dtype=F64), torch.ones(2, 1, dtype=F64)
+    loss, _, _ = algo.surrogate(lp, lp, torch.tensor([1.0, -1.0], dtype=F64), mask, objective="sapo", ratio="token",
+                                clip_low=0.2, clip_high=0.2)  # fmt: skip
+    torch.testing.assert_close(loss, torch.tensor([[-2.0], [2.0 / 1.05]], dtype=F64), rtol=1e-12, atol=0)
+
+
+def test_gmpo_of_a_one_token_response_is_its_clipped_ratio() -> None:
+    """The geometric mean over one token is that token's ratio: l = -A r inside the band (e^-0.2, e^0.2)."""
+    assert _one_token("gmpo", math.log(1.1), 1.0) == pytest.approx(-1.1, rel=1e-12)
+    assert _one_token("gmpo", math.log(2.0), 1.0) == pytest.approx(-math.exp(0.2), rel=1e-12)  # clipped for A > 0
 
 
 def test_clip_statistics_are_strict_and_need_a_signed_advantage() -> None:
@@ -216,3 +273,27 @@ def test_split_to_halves_the_largest_in_padded_tokens_by_its_longest_row() -> No
     plan = micro_batches(lengths, max_rows=3, max_tokens=20)
     assert plan == [[0, 1], [2, 3, 4]]  # padded: 2 x 10 = 20 and 3 x 5 = 15
     assert split_to(plan, lengths, 3) == [[0], [1], [2, 3, 4]]
+
+
+# ---------------------------------------------------------------- micro-batch metrics
+
+
+def test_combine_metrics_sums_weights_and_takes_extremes() -> None:
+    """pg_loss is summed, kl weighted by the token share, any other metric by the unit share; ratio_max and
+    rollout_ratio_max are maxima, ratio_min a maximum of the negated values (the learner negates it back)."""
+
+    def t(x: float) -> torch.Tensor:
+        return torch.tensor(x, dtype=F64)
+
+    first = {"pg_loss": t(1.0), "kl": t(2.0), "clip_frac": t(0.5), "ratio_max": t(1.5), "ratio_min": t(0.75),
+             "rollout_ratio_max": t(1.0)}  # fmt: skip
+    second = {"pg_loss": t(3.0), "kl": t(4.0), "clip_frac": t(0.125), "ratio_max": t(1.25), "ratio_min": t(0.5),
+              "rollout_ratio_max": t(2.0)}  # fmt: skip
+    sums, extremes = algo.combine_metrics([
+        (first, {"tokens": t(0.25), "units": t(0.75)}),
+        (second, {"tokens": t(0.75), "units": t(0.25)}),
+    ])  # fmt: skip
+    assert {k: v.item() for k, v in sums.items()} == {"pg_loss": 4.0, "kl": 3.5, "clip_frac": 0.40625}
+    assert {k: v.item() for k, v in extremes.items()} == {"ratio_max": 1.5, "ratio_min": -0.5, "rollout_ratio_max": 2.0}
+    assert all(v.dim() == 0 for v in (*sums.values(), *extremes.values()))
+    assert algo.combine_metrics([]) == ({}, {})
