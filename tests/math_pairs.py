@@ -108,6 +108,12 @@ PROSE = [
     ("The final answer to $g(2)$ is $11$.", "11", C),
     (f"So the total is ${B}{{40}}$. To double-check, the final answer is consistent: $8 \\cdot 5 = 40$.", "40", C),
     (f"The answer is ${B}{{7}}$. Let me verify: the answer is correct since $7 + 3 = 10$.", "7", C),
+    # a unit or a remark in parentheses after the math (found by make mutation's _tidy survivor, 2026-12-05)
+    ("The answer is $12$ (cm).", "12", C),
+    ("Final Answer: **$12$** (in cm)", "12", C),
+    ("The answer is $\\frac{3}{2}$ (square units).", "1.5", C),
+    ("The answer is $12$ (cm).", "13", I),
+    ("Final Answer: $x$ (x + 1)", "1", I),  # math in the parentheses: not a remark, nothing credited
 ]
 # A final-answer sentence whose subject "is" the value: the Minerva line with a noun phrase before "is", and the
 # Qwen-Math "Final Answer" heading with \\( \\) math; a hedge, a supposition or a take-back is not credited

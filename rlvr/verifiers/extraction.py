@@ -39,7 +39,7 @@ _SENTENCE_END = re.compile(r"(?<!\.)\.(?=\s)")  # "16. I hope" ends at "16"; "3.
 _INLINE_MATH = re.compile(r"\$\$([^$]{1,300}?)\$\$|\$([^$\n]{1,300})\$|\\\((.{1,300}?)\\\)|\\\[(.{1,300}?)\\\]")
 _DISPLAY_AFTER = re.compile(r"\s*+(?:\$\$([^$]{1,300}?)\$\$|\\\[(.{1,300}?)\\\])", re.DOTALL)  # possessive: linear
 _CLAUSE = re.compile(r",[ \t]+(?=(?!and\b|or\b)[A-Za-z]{2,}\b)")  # ", since ...", ", which ..." (not ", and", ", x = 1")
-_PROSE = re.compile(r"[ \t*]+[A-Za-z]")  # words after the math
+_PROSE = re.compile(r"[ \t*]+[A-Za-z]|[ \t*]*\([ \t]*[A-Za-z][A-Za-z \t]*\)")  # words after the math, or "(in cm)"
 # "There are 9 divisors" -> 9 divisors; a hedge ("probably 3", "not 3", "maybe 3") is not a statement of the answer
 _WORDS_THEN_NUMBER = re.compile(
     r"[ \t*]*(?:(?!(?:probably|maybe|perhaps|possibly|likely|not|either)\b)[A-Za-z][A-Za-z']*[ \t]+){1,6}"
@@ -128,8 +128,8 @@ def _predicate(sentence: str) -> str | None:
 
 
 def _tidy(found: str, *, sentence: bool = False) -> str:
-    """An answer stated in prose, cut at the end of its sentence and unwrapped: "**$\\frac{1}{2}$**." -> \\frac{1}{2};
-    the math or number after at most a few words ("therefore $5$" -> 5, "There are 9 divisors" -> 9 divisors), math
+    """An answer stated in prose, cut at the end of its sentence and unwrapped: "**$\\frac{1}{2}$**." -> \\frac{1}{2},
+    "$12$ (in cm)" -> 12; the math or number after at most a few words ("therefore $5$" -> 5, "There are 9 divisors" -> 9 divisors), math
     joined to it by separators only ("$3$ and $5$" -> "3, 5"), and what leads before a clause ("$8$ students, since
     ..." -> 8, "15, since 30/2 = 15" -> 15). With `sentence` (a whole sentence, as after "Final Answer:"), a
     subject followed by "is <math or number>" gives that value (_predicate)."""
