@@ -90,8 +90,9 @@ def parsed_code(value: Any, what: str) -> ast.Module:
         raise ValueError(f"{what} must be non-empty Python code, got {show(value)}")
     try:
         return ast.parse(value)
-    except (SyntaxError, ValueError) as e:  # ValueError: a null byte
-        raise ValueError(f"{what} is not valid Python ({getattr(e, 'msg', e)}, line {getattr(e, 'lineno', '?')})") from None
+    except (SyntaxError, ValueError) as e:  # a null byte: a SyntaxError without a line (3.11); a lone surrogate: ValueError
+        line = getattr(e, "lineno", None)
+        raise ValueError(f"{what} is not valid Python ({getattr(e, 'msg', e)}{f', line {line}' if line else ''})") from None
 
 
 def _name(value: Any, what: str) -> None:
