@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlvr import console, gold
-from rlvr.config import GROUPS, CodeSandbox, ConfigError, check_engines, override_key, validate
+from rlvr.config import GROUPS, ConfigError, check_engines, override_key, validate
 from rlvr.imports import heavy_imports
 from rlvr.models import is_builtin
 from rlvr.runs import final_step
@@ -100,7 +100,7 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
     with heavy_imports():  # torch, vllm: only once the config is valid
         import torch
 
-        from rlvr import checkpoint, distributed, multiturn, prompts, settings, tools
+        from rlvr import checkpoint, distributed, multiturn, prompts, settings
         from rlvr.evaluation import evaluate
         from rlvr.models import resolve_model_path
         from rlvr.rewards import Rewarder
@@ -120,7 +120,7 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
             console.detail(note)
     torch.set_num_threads(cfg.trainer.torch_threads)
     _, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
-    tools.check(list(cfg.rollout.tools), cfg.rollout.tool.sandbox is CodeSandbox.bwrap)  # the tools' sandbox works
+    multiturn.check(cfg)  # the tools' functions import, their sandbox works
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
     try:  # the verifier must read the held-out gold answers before any model loads (rlvr.gold); every rank checks
         gold_note = gold.startup_note(eval_set, rewarder.gold_check(), cfg.reward.gold_check, cfg.trainer.seed,

@@ -23,12 +23,14 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from rlvr import function_tools, tools
 from rlvr.config import CodeSandbox, Config
 from rlvr.rollout import Engine
-from rlvr.tools import PythonLimits, Tool, ToolResult, build
+from rlvr.tools import PythonLimits, PythonTool, Tool, ToolResult
 from rlvr.types import Completion, ToolCall
 
 MAX_FENCE_TURNS = 16  # turns of one answer ended by a fence that held no call; past it the answer ends there
@@ -240,6 +242,23 @@ def _call(tool: Tool, request: str, answer: _Answer) -> ToolResult:
 
 
 Sampler = Engine | ToolSampler  # what rlvr.collect and rlvr.evaluation sample from
+
+
+def check(cfg: Config) -> None:
+    """Before any model loads: the functions rollout.tools names import and can be described, and the python tool's
+    sandbox works (ConfigError naming the entry, the package or the kernel setting)."""
+    function_tools.load(list(cfg.rollout.tools))
+    tools.check(list(cfg.rollout.tools), cfg.rollout.tool.sandbox is CodeSandbox.bwrap)
+
+
+def build(names: list[str], limits: PythonLimits, tokenizer: Any) -> list[Tool]:
+    """The tools rollout.tools names (checked by rlvr.config): the python tool, and the functions named by import path
+    as one tool (rlvr.function_tools; `tokenizer`'s chat template frames their results)."""
+    built: list[Tool] = [PythonTool(limits)] if "python" in names else []
+    if any(function_tools.is_function(name) for name in names):
+        functions, schemas = function_tools.load(names)
+        built.append(function_tools.FunctionTools(functions, function_tools.ChatFrame(tokenizer, schemas), limits.wall_s))
+    return built
 
 
 def sampler(engine: Engine, cfg: Config) -> Sampler:

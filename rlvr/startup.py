@@ -32,11 +32,10 @@ from rlvr import (
     prompts,
     sample_log,
     settings,
-    tools,
 )
 from rlvr.algo import LossOptions
 from rlvr.collect import RoundSizer
-from rlvr.config import CodeSandbox, Config, ConfigError, PiOld, Task, check_world
+from rlvr.config import Config, ConfigError, PiOld, Task, check_world
 from rlvr.data import PromptStream
 from rlvr.learner import Learner, loss_options
 from rlvr.metrics import MetricsLogger
@@ -152,7 +151,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
             f"trainer.resume=never, but {out} already holds checkpoints (newest: {checkpoint.latest(out)}) that this run "
             "would overwrite; choose a new trainer.output_dir, or continue the earlier run with trainer.resume=auto"
         )
-    tools.check(list(cfg.rollout.tools), cfg.rollout.tool.sandbox is CodeSandbox.bwrap)  # the tools' sandbox works
+    multiturn.check(cfg)  # the tools' functions import, their sandbox works
     rewarder = run.rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
     # every rank checks the same rows (deterministic, seconds), so every rank stops on a failure (and closes the rewarder)
     gold_note = gold.startup_note(train_set + run.eval_set, rewarder.gold_check(), cfg.reward.gold_check, t.seed,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from rlvr.verifiers import sandbox
 
@@ -164,25 +164,12 @@ class PythonTool:
         return [("```output\n" + output.removesuffix("\n") + "\n```\n", False) for output in outputs]
 
 
-def build(names: list[str], limits: PythonLimits, tokenizer: Any = None) -> list[Tool]:
-    """The tools rollout.tools names (checked by rlvr.config): the python tool, and the functions named by import path
-    as one tool (rlvr.function_tools; `tokenizer`'s chat template frames their results)."""
-    from rlvr import function_tools
-
-    tools: list[Tool] = [PythonTool(limits)] if "python" in names else []
-    if any(function_tools.is_function(name) for name in names):
-        functions, schemas = function_tools.load(names)
-        tools.append(function_tools.FunctionTools(functions, function_tools.ChatFrame(tokenizer, schemas), limits.wall_s))
-    return tools
-
-
 def check(names: list[str], sandboxed: bool) -> None:
-    """Before any model loads: the functions named import and have schemas, the sandbox the python tool runs in works (ConfigError naming the package or the kernel
+    """Before any model loads: the sandbox the python tool runs in works (ConfigError naming the package or the kernel
     setting if not); rollout.tool.sandbox=none warns instead."""
-    from rlvr import console, function_tools
+    from rlvr import console
     from rlvr.config import ConfigError
 
-    function_tools.load(names)  # the functions named by import path import and can be described (ConfigError)
     if "python" not in names:
         return
     if not sandboxed:

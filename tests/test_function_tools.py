@@ -16,7 +16,7 @@ from scripted_engine import ScriptedIdsEngine
 from test_prompts import EXAMPLES, data_cfg
 from transformers import AutoTokenizer
 
-from rlvr import function_tools, tools
+from rlvr import function_tools, multiturn
 from rlvr.config import ConfigError, PromptFormat
 from rlvr.function_tools import ChatFrame, FunctionTools
 from rlvr.models import resolve_model_path
@@ -85,8 +85,12 @@ def test_functions_load_by_import_path_with_their_schemas():
 def test_a_function_that_cannot_be_loaded_or_described_is_a_config_error_naming_it(entry, message):
     with pytest.raises(ConfigError, match=message):
         function_tools.load([entry])
-    with pytest.raises(ConfigError, match=message):
-        tools.check([entry], sandboxed=True)  # what start-up runs before any model loads
+    from conftest import compose_config
+
+    from rlvr.config import validate
+
+    with pytest.raises(ConfigError, match=message):  # what start-up and `rlvr eval` run before any model loads
+        multiturn.check(validate(compose_config(f"rollout.tools=[{entry}]")))
 
 
 def test_two_functions_of_one_name_are_refused(tmp_path, monkeypatch):
