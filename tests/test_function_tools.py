@@ -344,3 +344,14 @@ def test_a_long_result_is_cut_without_the_tokenizers_too_long_warning(caplog):
     finally:
         hf_logging.disable_propagation()
     assert "[output cut: 23 of 500 tokens shown]" in tok.decode(c.token_ids) and "longer than the specified maximum" not in caplog.text
+
+
+def test_the_tools_are_built_in_the_order_named_python_then_the_functions_as_one():
+    from rlvr.tools import PythonLimits, PythonTool
+
+    limits = PythonLimits(cpu_s=1.0, wall_s=2.5, memory_mb=256, sandbox=True)
+    built = multiturn.build(["python", "tool_functions:multiply", "tool_functions:echo"], limits, chat_tokenizer())
+    assert [type(t) for t in built] == [PythonTool, FunctionTools]
+    assert list(built[1].functions) == ["multiply", "echo"] and built[1].timeout_s == 2.5  # type: ignore[attr-defined]
+    assert [type(t) for t in multiturn.build(["tool_functions:multiply"], limits, chat_tokenizer())] == [FunctionTools]
+    assert [type(t) for t in multiturn.build(["python"], limits, None)] == [PythonTool]  # no template needed
