@@ -394,27 +394,36 @@ def _batch(seed: int = 0):
     return logp, old, ref, adv, mask
 
 
-@pytest.mark.parametrize(("aggregation", "ratio", "extra"), CASES)
-def test_micro_batches_reproduce_full_batch_gradient(aggregation: str, ratio: str, extra: dict) -> None:
-    logp, old, ref, adv, mask = _batch()
-    kw = dict(ratio=ratio, clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=T, **extra)
+def assert_micro_batches_match(batch: tuple, kw: dict, sizes: tuple[int, ...], rtol: float, atol: float) -> torch.Tensor:
+    """policy_loss over micro-batches of each size (rows split in order, normalized by the whole batch's sequence and
+    token counts, gradients accumulated) equals the full batch's loss and gradient; returns the full batch's gradient.
+    The full batch's clip fraction is strictly inside (0, 1): the clip is exercised, not inert."""
+    logp, old, ref, adv, mask = batch
+    n = logp.shape[0]
     full_w = logp.clone().requires_grad_(True)
     full, m = policy_loss(full_w, old, adv, mask, ref_logprobs=ref, **kw)
     full.backward()
-    assert 0 < m["clip_frac"] < 1  # the clip is exercised, not inert
+    assert 0 < m["clip_frac"] < 1
     n_tok = mask.sum().item()
-    for size in (1, 2, N):
+    for size in sizes:
         w = logp.clone().requires_grad_(True)
-        total = torch.zeros((), dtype=F64)
-        for lo in range(0, N, size):
+        total = torch.zeros((), dtype=logp.dtype)
+        for lo in range(0, n, size):
             rows = slice(lo, lo + size)
             loss, _ = policy_loss(w[rows], old[rows], adv[rows], mask[rows], ref_logprobs=ref[rows],
-                                  num_sequences=N, num_tokens=n_tok, **kw)  # fmt: skip
+                                  num_sequences=n, num_tokens=n_tok, **kw)  # fmt: skip
             loss.backward()
             total += loss.detach()
-        torch.testing.assert_close(w.grad, full_w.grad, rtol=1e-6, atol=1e-12)
-        torch.testing.assert_close(total, full.detach(), rtol=1e-6, atol=1e-12)
+        torch.testing.assert_close(w.grad, full_w.grad, rtol=rtol, atol=atol)
+        torch.testing.assert_close(total, full.detach(), rtol=rtol, atol=atol)
     assert full_w.grad.abs().sum() > 0
+    return full_w.grad
+
+
+@pytest.mark.parametrize(("aggregation", "ratio", "extra"), CASES)
+def test_micro_batches_reproduce_full_batch_gradient(aggregation: str, ratio: str, extra: dict) -> None:
+    kw = dict(ratio=ratio, clip_low=0.2, clip_high=0.28, aggregation=aggregation, max_len=T, **extra)
+    assert_micro_batches_match(_batch(), kw, (1, 2, N), rtol=1e-6, atol=1e-12)
 
 
 @pytest.mark.parametrize(("aggregation", "ratio"), list(itertools.product(AGGREGATIONS, RATIOS)))
