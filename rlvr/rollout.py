@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers.decoders import DecodeStream
@@ -169,7 +170,7 @@ class Engine:
                     token_ids=list(c.token_ids),
                     text=c.text if detokenize else self._decode(out.prompt_token_ids or [], c),
                     finish_reason=c.finish_reason or "length",
-                    engine_logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], c.token_ids) if lp],
+                    engine_logprobs=sampled_logprobs(c.logprobs, c.token_ids),
                     stop_string=c.stop_reason if isinstance(c.stop_reason, str) else None,
                 )
                 for c in out.outputs
@@ -252,6 +253,15 @@ class Engine:
         """Shut the engine down now (it also tears down vLLM's process groups: call before leaving the run's)."""
         self.llm.llm_engine.engine_core.shutdown()
 
+
+
+def sampled_logprobs(logprobs: Any, token_ids: Sequence[int]) -> list[float]:
+    """The logprob of each sampled token, one per token, in order (vLLM's per-token {token: Logprob} entries; none
+    asked for, greedy: []). An entry without the sampled token counts 0.0 in its place, never dropped: a dropped entry
+    would shift every later logprob onto the wrong token."""
+    if not logprobs:
+        return []
+    return [entry[token].logprob if entry and token in entry else 0.0 for entry, token in zip(logprobs, token_ids, strict=True)]
 
 
 class Memory:
