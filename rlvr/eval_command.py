@@ -133,7 +133,10 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
     engine = Engine.from_config(model_path, cfg, max_model_len)
     start = time.perf_counter()
     sampler = multiturn.sampler(engine, cfg)  # with rollout.tools (a tools run's config), answers of several turns
-    metrics, rows = evaluate(sampler, eval_set, rewarder, cfg, None if target is None else target.step, every_row=True)
+    try:
+        metrics, rows = evaluate(sampler, eval_set, rewarder, cfg, None if target is None else target.step, every_row=True)
+    finally:
+        multiturn.close(sampler)
     seconds = time.perf_counter() - start
     if distributed.is_main():
         report = {

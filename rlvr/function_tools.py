@@ -10,14 +10,14 @@ Qwen2.5/Qwen3, Hermes and SmolLM3 templates, one object per call, and ends its t
     {"name": "lookup", "arguments": {"word": "cat"}}
     </tool_call><|im_end|>
 
-Every call of that turn runs (in parallel, rollout.tool.workers at a time) IN THE TRAINER'S PROCESS, WITH THE USER'S
-RIGHTS, as a user reward.fn does: no sandbox, so a function is trusted code. Each result (a str as it is, anything else
-as JSON) comes back as a `tool` message the template renders, followed by the next assistant header, and the model
-goes on. The template's own text around the results is markup (its special tokens are tokens); the results are plain
-text (special-token text in them stays text). A malformed call (not JSON, no such function, arguments that do not
-fit), a function that raises, or one that runs past rollout.tool.timeout_s is an error output for that answer, never
-a crash. A function that never returns keeps its thread (a daemon) until the process ends: rlvr cannot stop Python
-code in its own process, so a function that may hang should bound itself.
+Every call of that turn runs (in parallel, rollout.tool.workers at a time) in a worker process (rlvr.function_workers),
+WITH THE USER'S RIGHTS, as a user reward.fn does: no sandbox, so a function is trusted code; one that runs past
+rollout.tool.timeout_s is killed with its worker, whatever it was doing. Each result (a str as it is, anything else
+as JSON, cut at 64 KiB) comes back as a `tool` message the template renders, followed by the next assistant header,
+and the model goes on. The template's own text around the results is markup (its special tokens are tokens); the
+results are plain text (rlvr.multiturn encodes them so that no special or added token forms from them). A malformed
+call (not JSON, no such function, arguments that do not fit), a function that raises, or one that times out is an
+error output for that answer, never a crash.
 
 This module imports neither torch nor vllm (transformers only when it builds schemas).
 """
@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.config import ConfigError
+from rlvr.function_workers import FunctionWorkers
 from rlvr.tools import Piece, ToolResult
+
+if TYPE_CHECKING:
+    from rlvr.types import ToolCall
 
 FUNCTIONS_PROMPT = """You can call these functions, each described in JSON:
 <tools>
@@ -47,7 +50,6 @@ Its result comes back in the next message, and you go on from there:
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)  # an unclosed last call is read to the turn's end
 _ANSWER_MARK = "RLVR_ANSWER_MARK"
 _RESULT_MARK = 'RLVR"RESULT\n{}MARK'  # a quote and a newline inside: a template that escapes results (tojson) shows
-MAX_RESULT_CHARS = 1 << 16  # a longer result is cut here, before it is tokenized (status "limit"), as the sandbox's output
 
 
 def is_function(name: str) -> bool:
@@ -76,6 +78,9 @@ def load(names: list[str]) -> tuple[dict[str, Callable[..., Any]], list[dict]]:
                 f"rollout.tools: {path!r} cannot be described to the model: {e} (a tool function needs type hints and a "
                 f"Google-style docstring with an 'Args:' line for each argument, as apply_chat_template(tools=...) takes)"
             ) from None
+        if _reachable(fn) is not fn:
+            raise ConfigError(f"rollout.tools: {path!r} cannot be imported again as {_path(fn)!r} (its module and "
+                              f"qualified name), which is how a worker process loads it; name a module-level function")  # fmt: skip
         name = schema["function"]["name"]
         if name in functions:
             raise ConfigError(f"rollout.tools: two functions are named {name!r} ({path!r} and an earlier entry): the "
@@ -106,26 +111,31 @@ class ChatFrame:
     with marks in place of the contents), so every template's own layout holds: Qwen's <tool_response> blocks inside
     one user turn, a `tool` role of its own in ChatML."""
 
-    def __init__(self, tokenizer: Any, schemas: list[dict]) -> None:
+    def __init__(self, tokenizer: Any, schemas: list[dict], max_results: int = 1) -> None:
         self.tokenizer = tokenizer
         self.schemas = schemas
         self._around: dict[int, list[str]] = {}
-        self.around(1)  # a template that cannot render tool results fails here, before any model loads
+        # every number of results one turn may show (rollout.max_turns calls at most): a template that renders one
+        # tool message but refuses two in a row (roles that must alternate) fails here, before any model loads
+        for n in range(1, max_results + 1):
+            self.around(n, max_results)
         if "<tool_call>" in getattr(tokenizer, "all_special_tokens", []):
             raise ConfigError("rollout.tools: the tokenizer has <tool_call> as a special token, which the engine leaves "
                               "out of the text calls are read from")  # fmt: skip
 
-    def around(self, n: int) -> list[str]:
+    def around(self, n: int, max_results: int | None = None) -> list[str]:
         """The n + 1 markup texts around n results, in order."""
         if n not in self._around:
             marks = [_RESULT_MARK.format(i) for i in range(n)]
             conversation = [{"role": "user", "content": "RLVR_QUESTION_MARK"}, {"role": "assistant", "content": _ANSWER_MARK},
                             *({"role": "tool", "content": m} for m in marks)]  # fmt: skip
+            what = "a function's result" + ("" if n == 1 else f" when one turn makes {n} calls ({n} results, 'tool' messages in a row")
+            allows = "" if n == 1 else f"; rollout.max_turns={max_results} allows {max_results} calls in one turn)"
             try:
                 text = self.tokenizer.apply_chat_template(conversation, tools=self.schemas or None, add_generation_prompt=True, tokenize=False)
             except Exception as e:  # jinja's errors, a template's raise_exception
-                raise ConfigError(f"rollout.tools: the model's chat template cannot render a function's result (a "
-                                  f"'tool' message after the assistant's): {type(e).__name__}: {e}") from None  # fmt: skip
+                raise ConfigError(f"rollout.tools: the model's chat template cannot render {what}{allows} (a 'tool' "
+                                  f"message after the assistant's): {type(e).__name__}: {e}") from None  # fmt: skip
             positions = [text.find(m) for m in (_ANSWER_MARK, *marks)]
             if min(positions) < 0 or positions != sorted(positions):
                 raise ConfigError("rollout.tools: the model's chat template leaves out, rewrites (e.g. quotes them as "
@@ -137,7 +147,11 @@ class ChatFrame:
                 raise ConfigError(f"rollout.tools: the model's chat template ends an assistant message with "
                                   f"{after[:20]!r}, not with the token the model ends its turns with ({eos!r}); "
                                   f"function tools need the two to be the same")  # fmt: skip
-            self._around[n] = re.split("|".join(map(re.escape, marks)), after[len(eos) :])
+            pieces = re.split("|".join(map(re.escape, marks)), after[len(eos) :])
+            if len(pieces) != n + 1:
+                raise ConfigError(f"rollout.tools: the model's chat template shows a tool result more than once "
+                                  f"({len(pieces) - 1} places for {n}), so rlvr cannot show it as the template would")  # fmt: skip
+            self._around[n] = pieces
         return self._around[n]
 
 
@@ -148,16 +162,17 @@ class FunctionTools:
     stop: tuple[str, ...] = ()
     turn_end = True
 
-    def __init__(self, functions: dict[str, Callable[..., Any]], frame: ChatFrame, timeout_s: float) -> None:
+    def __init__(self, functions: dict[str, Callable[..., Any]], frame: ChatFrame, timeout_s: float, workers: int = 4) -> None:
         self.functions = functions
         self.frame = frame
         self.timeout_s = timeout_s
+        self.workers = FunctionWorkers({name: _path(fn) for name, fn in functions.items()}, workers=workers, timeout_s=timeout_s)
 
     def parse(self, turn: str) -> list[str]:
         """The text of each <tool_call> block of the turn, in order (an unclosed last one to the turn's end)."""
         return [m.group(1).strip() for m in _CALL.finditer(turn)]
 
-    def run(self, request: str, earlier: list[str]) -> ToolResult:
+    def run(self, request: str, earlier: list[ToolCall]) -> ToolResult:
         start = time.monotonic()
 
         def error(message: str, status: str = "error") -> ToolResult:
@@ -180,30 +195,12 @@ class FunctionTools:
                 pass
         if not isinstance(args, dict):
             return error(f"the arguments of {name} must be a JSON object, not {type(args).__name__}")
-        box: dict[str, Any] = {}
+        status, text = self.workers.call(name, args)
+        return ToolResult(text, status, time.monotonic() - start)
 
-        def target() -> None:
-            try:
-                box["value"] = self.functions[name](**args)
-            except BaseException as e:  # noqa: BLE001  (SystemExit too: the user's code, this answer's error)
-                box["error"] = e
-
-        thread = threading.Thread(target=target, name=f"rlvr-tool-{name}", daemon=True)
-        thread.start()
-        thread.join(self.timeout_s)
-        if thread.is_alive():
-            return error(f"{name} timed out after {self.timeout_s:g} s", "timeout")
-        if "error" in box:
-            raised = box["error"]
-            return error(f"{name} raised {type(raised).__name__}: {_text(raised)[:500]}")
-        value = box.get("value")
-        try:
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError) as e:  # circular structures
-            return error(f"{name} returned a {type(value).__name__} that cannot be written as JSON: {e}")
-        if len(text) > MAX_RESULT_CHARS:
-            return ToolResult(text[:MAX_RESULT_CHARS] + f"\n[result cut: {len(text)} characters]", "limit", time.monotonic() - start)
-        return ToolResult(text, "ok", time.monotonic() - start)
+    def close(self) -> None:
+        """Stop the worker processes."""
+        self.workers.close()
 
     def format(self, outputs: list[str]) -> list[Piece]:
         around = self.frame.around(len(outputs))
@@ -213,8 +210,15 @@ class FunctionTools:
         return [p for p in pieces if p[0]]
 
 
-def _text(error: BaseException) -> str:
+def _path(function: Callable[..., Any]) -> str:
+    """The import path a worker process loads `function` by: its module and qualified name (load() checks it)."""
+    return f"{getattr(function, '__module__', '')}:{getattr(function, '__qualname__', '')}"
+
+
+def _reachable(function: Callable[..., Any]) -> object:
+    from rlvr.verifiers.pool import load_function
+
     try:
-        return str(error)
-    except Exception:  # str() of an exception can itself raise
-        return ""
+        return load_function(_path(function))
+    except ValueError:
+        return None

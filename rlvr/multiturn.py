@@ -3,15 +3,16 @@
 An answer is a sequence of segments: the engine's sampled tokens, a tool's output, sampled tokens again. Every row of a
 round advances turn by turn together: one engine call samples the next turn of every row still running; the turn's
 tool calls then run in parallel (rlvr.tools, in the sandbox); rows that finished wait. The answer's ids are the engine's
-ids with each tool output's ids between them, each output encoded once (special-token text in an output is encoded
-as plain text, so a program cannot print an end-of-turn token into the answer); nothing is decoded and encoded again,
+ids with each tool output's ids between them, each output encoded once (no special or added token forms from an
+output's text, so a program cannot print an end-of-turn token or a chat tag into the answer); nothing is decoded and encoded again,
 so the learner trains on exactly the ids the engine sampled, with the engine's logprobs. `Completion.from_model` marks
 the model's tokens: tool outputs are context only (out of the loss, KL, entropy, mismatch checks and length counts).
 
 rollout.max_new_tokens bounds the whole answer, tool outputs included, so the engine's context and the learner's
 sequences are as long as without tools (the plan and the sync check need nothing new). An output longer than
 rollout.tool.output_tokens, or than what is left of the answer's budget, is cut with a marker; an answer with no room
-left for even a cut output ends there (finish_reason "length"). A model that asks for one call more than
+left for even a cut output ends there (finish_reason "length"); an answer that ends its turn on the budget's last
+token finishes "stop", as the engine says without tools. A model that asks for one call more than
 rollout.max_turns allows ends its answer at that call's closing fence (`hit_max_turns`).
 
 `ToolSampler` has the engine's `generate` and `greedy`, so the loop's rollout (rlvr.collect) and the evaluation
@@ -20,6 +21,8 @@ rollout.max_turns allows ends its answer at that call's closing fence (`hit_max_
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ from rlvr.types import Completion, ToolCall
 
 MAX_FENCE_TURNS = 16  # turns of one answer ended by a fence that held no call; past it the answer ends there
 CUT_MARKER = "\n[output cut: {shown} of {total} tokens shown]"
+_SURROGATE = re.compile("[\ud800-\udfff]")  # lone surrogates: not text any encoder takes
 TURN_END = ""  # what an answer waits on after a turn the model ended itself, when a tool reads calls there
 
 
@@ -79,7 +83,9 @@ class _Answer:
         self.text += text
         self.since_call += text
         self.stop_string = turn.stop_string
-        if turn.finish_reason == "length" or self.left <= 0:
+        # the engine's finish reason, as without tools: vLLM checks stop conditions before the length, so an end of turn
+        # on the budget's last token is "stop" (a call there finds no room for its output: _serve_tools ends it "length")
+        if turn.finish_reason == "length":
             self.end("length")
         elif turn.stop_string in tool_stops:
             self.waiting_on = turn.stop_string
@@ -110,7 +116,13 @@ class ToolSampler:
         self.output_tokens = output_tokens
         self.workers = workers
         self.tokenizer = engine.tokenizer
+        self._added = _added_tokens(self.tokenizer)
         self.tool_seconds = 0.0  # wall time spent waiting on tool calls, summed over the sampler's life
+
+    def close(self) -> None:
+        """Stop what the tools keep running (the function tools' worker processes)."""
+        for tool in self.tools:
+            getattr(tool, "close", lambda: None)()
 
     def greedy(self, prompts: list[tuple[int, ...]], *, max_tokens: int, stop: list[str]) -> list[Completion]:
         return [g[0] for g in self.generate(prompts, n=1, max_tokens=max_tokens, temperature=0.0, top_p=1.0, seeds=None, stop=stop)]
@@ -168,6 +180,8 @@ class ToolSampler:
                 answer.fence_turns += 1
                 if stop == TURN_END or answer.fence_turns > MAX_FENCE_TURNS:
                     answer.end("stop")
+                elif answer.left <= 0:  # a fence with no call, on the budget's last token: without tools, "length"
+                    answer.end("length")
             elif len(answer.calls) + len(found[1]) > self.max_turns:
                 answer.hit_max_turns = True
                 answer.end("stop")
@@ -225,20 +239,37 @@ class ToolSampler:
         return None
 
     def _encode(self, text: str, markup: bool = False) -> list[int]:
-        """Tool output: special-token text ("<|im_end|>" printed by a program) is encoded as text, never as the token
-        (HF tokenizers' split_special_tokens). Markup (a chat template's frame): its special tokens are tokens."""
-        # verbose=False: a long output is encoded whole before it is cut (transformers would warn that it is too long)
-        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=not markup, verbose=False))  # type: ignore[call-arg]
+        """Markup (a chat template's frame) as the template means it: its special and added tokens are tokens. Tool
+        output as plain text: no special token ("<|im_end|>" printed by a program) and no token the tokenizer added
+        without marking it special (Qwen's <tool_call>, </tool_response>, <think>) can form from it, so no output can
+        end the turn or forge chat structure. Special tokens are split by the tokenizer (split_special_tokens); added
+        ones by encoding the text in pieces cut inside each place one would form (pieces meet only there)."""
+        encode = self.tokenizer.encode
+        if markup:  # verbose=False: a long output is encoded whole before it is cut (transformers would warn)
+            return list(encode(text, add_special_tokens=False, split_special_tokens=False, verbose=False))  # type: ignore[call-arg]
+        cuts = [0, *(m.start() + 1 for m in self._added.finditer(text)), len(text)] if self._added else [0, len(text)]
+        return [i for a, b in zip(cuts, cuts[1:]) if b > a
+                for i in encode(text[a:b], add_special_tokens=False, split_special_tokens=True, verbose=False)]  # type: ignore[call-arg]  # fmt: skip
+
+
+def _added_tokens(tokenizer: Any) -> re.Pattern[str] | None:
+    """Where a token the tokenizer added (special or not, two characters or more) starts in a text: a lookahead, so
+    overlapping places are all found. None for a tokenizer without added tokens."""
+    added = sorted((t for t in getattr(tokenizer, "get_added_vocab", dict)() if len(t) > 1), key=len, reverse=True)
+    return re.compile("(?=" + "|".join(map(re.escape, added)) + ")") if added else None
 
 
 def _call(tool: Tool, request: str, answer: _Answer) -> ToolResult:
-    """One call; a tool that raises costs this answer an error output, never the run."""
-    earlier = [c.request for c in answer.calls if c.tool == tool.name]
+    """One call; a tool that raises costs this answer an error output, never the run. The output is made valid text
+    here, for every tool: a lone surrogate (a JSON escape such as "\\udcff" in the call, a surrogateescape-decoded
+    file name in a result) is shown as U+FFFD, so that encoding it, and writing it to samples.jsonl, cannot fail."""
+    earlier = [c for c in answer.calls if c.tool == tool.name]
     start = time.monotonic()
     try:
-        return tool.run(request, earlier)
+        result = tool.run(request, earlier)
     except Exception as e:  # noqa: BLE001  (the user's own tools too: their failure is the model's error output)
-        return ToolResult(f"[{tool.name} failed: {type(e).__name__}: {str(e)[:200]}]", "error", time.monotonic() - start)
+        result = ToolResult(f"[{tool.name} failed: {type(e).__name__}: {str(e)[:200]}]", "error", time.monotonic() - start)
+    return dataclasses.replace(result, output=_SURROGATE.sub("\ufffd", result.output))
 
 
 Sampler = Engine | ToolSampler  # what rlvr.collect and rlvr.evaluation sample from
@@ -251,13 +282,15 @@ def check(cfg: Config) -> None:
     tools.check(list(cfg.rollout.tools), cfg.rollout.tool.sandbox is CodeSandbox.bwrap)
 
 
-def build(names: list[str], limits: PythonLimits, tokenizer: Any) -> list[Tool]:
+def build(names: list[str], limits: PythonLimits, tokenizer: Any, *, max_calls: int = 1, workers: int = 1) -> list[Tool]:
     """The tools rollout.tools names (checked by rlvr.config): the python tool, and the functions named by import path
-    as one tool (rlvr.function_tools; `tokenizer`'s chat template frames their results)."""
+    as one tool (rlvr.function_tools; `tokenizer`'s chat template frames their results, up to `max_calls` a turn;
+    `workers` processes run them)."""
     built: list[Tool] = [PythonTool(limits)] if "python" in names else []
     if any(function_tools.is_function(name) for name in names):
         functions, schemas = function_tools.load(names)
-        built.append(function_tools.FunctionTools(functions, function_tools.ChatFrame(tokenizer, schemas), limits.wall_s))
+        frame = function_tools.ChatFrame(tokenizer, schemas, max_calls)
+        built.append(function_tools.FunctionTools(functions, frame, limits.wall_s, workers))
     return built
 
 
@@ -268,8 +301,14 @@ def sampler(engine: Engine, cfg: Config) -> Sampler:
         return engine
     t = r.tool
     limits = PythonLimits(cpu_s=t.cpu_s, wall_s=t.timeout_s, memory_mb=t.memory_mb, sandbox=t.sandbox is CodeSandbox.bwrap)
-    return ToolSampler(engine, build(list(r.tools), limits, engine.tokenizer), max_turns=r.max_turns, output_tokens=t.output_tokens,
-                       workers=t.workers)  # fmt: skip
+    built = build(list(r.tools), limits, engine.tokenizer, max_calls=r.max_turns, workers=t.workers)
+    return ToolSampler(engine, built, max_turns=r.max_turns, output_tokens=t.output_tokens, workers=t.workers)
+
+
+def close(sampler: Sampler) -> None:
+    """Stop what a sampler's tools keep running (function workers); the engine itself is closed by its owner."""
+    if isinstance(sampler, ToolSampler):
+        sampler.close()
 
 
 def metrics(prefix: str, completions: list[Completion]) -> dict[str, float]:

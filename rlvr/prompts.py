@@ -56,13 +56,15 @@ def apply_template(template: str, prompt: str) -> str:
 
 
 def render(
-    examples: list[Example], tokenizer: Any, cfg: DataConfig, instruction: str | None = None, tools: list[dict] | None = None
+    examples: list[Example], tokenizer: Any, cfg: DataConfig, instruction: str | None = None, tools: list[dict] | None = None,
+    *, max_calls: int = 1,
 ) -> list[Example]:
     """The examples with `prompt_ids` set: the ids of the prompt as the model sees it; `instruction`: the python tool's
-    instruction (a system paragraph); `tools`: the JSON schemas of the user's function tools."""
+    instruction (a system paragraph); `tools`: the JSON schemas of the user's function tools, of which one turn may
+    call up to `max_calls` (rollout.max_turns)."""
     if chat_format(cfg.format, tokenizer):
-        if tools:
-            function_tools.ChatFrame(tokenizer, tools)  # the template can show their results (ConfigError if not)
+        if tools:  # the template can show 1..max_calls results after a turn (ConfigError if not)
+            function_tools.ChatFrame(tokenizer, tools, max_calls)
             if not function_tools.renders_tools(tokenizer, [{"role": "user", "content": "?"}], tools):
                 instruction, tools = _joined(instruction, function_tools.describe(tools)), None
         out = []
@@ -113,7 +115,7 @@ def drop_long_prompts(examples: list[Example], budget: int, mode: LongPrompts) -
 
 def prepare(
     train_set: list[Example], eval_set: list[Example], tokenizer: Any, context: int, cfg: DataConfig, max_new_tokens: int,
-    *, verbose: bool = True, instruction: str | None = None, tools: list[dict] | None = None,
+    *, verbose: bool = True, instruction: str | None = None, tools: list[dict] | None = None, max_calls: int = 1,
 ) -> tuple[list[Example], list[Example], int, dict[str, int]]:
     """Render both sets, then drop (or reject) prompts over the budget; return the sets, the engine's max_model_len
     and the counts dropped.
@@ -123,7 +125,7 @@ def prepare(
     """
     budget = cfg.max_prompt_tokens or context - max_new_tokens
     (train_set, train_dropped), (eval_set, eval_dropped) = (
-        drop_long_prompts(render(examples, tokenizer, cfg, instruction, tools), budget, cfg.long_prompts)
+        drop_long_prompts(render(examples, tokenizer, cfg, instruction, tools, max_calls=max_calls), budget, cfg.long_prompts)
         for examples in (train_set, eval_set)
     )
     if not eval_set:
@@ -150,6 +152,6 @@ def load(
     train_set, eval_set, max_model_len, dropped = prepare(
         train_set, eval_set, AutoTokenizer.from_pretrained(model_path), context, cfg.data, cfg.rollout.max_new_tokens,
         verbose=verbose, instruction=cfg.rollout.tool.instruction if "python" in cfg.rollout.tools else None,
-        tools=function_tools.load(list(cfg.rollout.tools))[1] or None,
+        tools=function_tools.load(list(cfg.rollout.tools))[1] or None, max_calls=cfg.rollout.max_turns,
     )
     return train_set, eval_set, task_verifier, max_model_len, dropped

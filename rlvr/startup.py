@@ -89,10 +89,12 @@ class Run:
         return evaluation.evaluate(self.sampler, self.eval_set, self.rewarder, self.cfg, step)
 
     def close(self) -> None:
-        """The verifier workers, the signal handlers, the engine, then the process group."""
+        """The tools' workers, the verifier workers, the signal handlers, the engine, then the process group."""
         if self._closed:
             return
         self._closed = True
+        if hasattr(self, "sampler"):
+            multiturn.close(self.sampler)
         if hasattr(self, "rewarder"):
             self.rewarder.close()
         if hasattr(self, "stop"):

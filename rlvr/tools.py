@@ -18,11 +18,15 @@ This module imports neither torch nor vllm.
 from __future__ import annotations
 
 import re
+import secrets
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rlvr.verifiers import sandbox
+
+if TYPE_CHECKING:
+    from rlvr.types import ToolCall
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,8 @@ class Tool(Protocol):
         """The calls in the model's text since the last tool output (it ends at a stop string or at the model's end
         of turn), in order; [] when it holds none."""
 
-    def run(self, request: str, earlier: list[str]) -> ToolResult:
-        """Run `request`; `earlier` holds this answer's earlier requests to this tool, in order."""
+    def run(self, request: str, earlier: list[ToolCall]) -> ToolResult:
+        """Run `request`; `earlier` holds this answer's earlier calls of this tool, in order (request, output, status)."""
 
     def format(self, outputs: list[str]) -> list[Piece]:
         """What the model is shown after one turn's calls, given their outputs (each already cut to its budget)."""
@@ -63,10 +67,14 @@ class PythonLimits:
 
 
 # The program the sandbox runs for a call: the cells travel as a repr() literal (never spliced in as code), are parsed
-# and run inside the sandbox, the earlier ones silenced. Names start with _r so that the cells' own rarely clash.
+# and run inside the sandbox, the earlier ones silenced; `random` is seeded first, so a re-run cell draws what it drew
+# when it ran. The new cell's output is framed by the call's two marks: without the first, the re-run of the earlier
+# cells did not finish; without the second, the new cell did not (the interpreter exited or was killed). Names start
+# with _r so that the cells' own rarely clash.
 _CELL = "<cell>"
 _PROGRAM = """\
-import ast as _ra, linecache as _rl, sys as _rs, traceback as _rt
+import ast as _ra, linecache as _rl, random as _rr, sys as _rs, traceback as _rt
+_rr.seed(0)
 _rcells = {cells!r}
 _rns = {{"__name__": "__main__", "__builtins__": __builtins__}}
 def _rrun(src, number, show):
@@ -88,20 +96,27 @@ for _ri, _rc in enumerate(_rcells[:-1]):
     except BaseException:
         pass
 _rs.stdout = _rs.stderr = _rout
+print({start!r}, end="", flush=True)
 try:
     _rrun(_rcells[-1], len(_rcells), True)
 except SystemExit:
+    print({end!r}, end="", flush=True)
     raise
 except BaseException as _re:
     _rframes = [f for f in _rt.extract_tb(_re.__traceback__) if f.filename.startswith("<cell")]
     if _rframes:
         print("Traceback (most recent call last):\\n" + "".join(_rt.format_list(_rframes[-5:])), end="")
     print("".join(_rt.format_exception_only(type(_re), _re)), end="")
-    _rout.flush()
+    print({end!r}, end="", flush=True)
     _rs.exit(124 if isinstance(_re, MemoryError) else 1)  # 124: the harness's "memory" exit kind
+print({end!r}, end="", flush=True)
 """
 _OPEN_FENCE = re.compile(r"^```(?:python3|python|py)[ \t]*\n", re.MULTILINE)
 _STATUS = {None: "ok", "timeout": "timeout", "memory": "limit"}  # the harness's exit kinds; any other is "error"
+# said after a call whose interpreter did not survive it; the answer's next call starts a fresh one (PythonTool.run)
+RESTART = "; the interpreter restarts: the next cell will not see this answer's earlier variables]"
+_CUT_NOTE = "\n[output cut: too long" + RESTART
+_EXIT_NOTE = "\n[the interpreter exited" + RESTART
 
 
 class PythonTool:
@@ -131,37 +146,57 @@ class PythonTool:
             return []
         return [code]
 
-    def run(self, request: str, earlier: list[str]) -> ToolResult:
-        program = _PROGRAM.format(cells=[*earlier, request])
+    def run(self, request: str, earlier: list[ToolCall]) -> ToolResult:
+        """Run `request` after re-running the answer's earlier cells: those since the last call whose interpreter did not
+        survive it (timed out, output cut, exited), which would only stop the re-run again. Each re-run cell brings
+        its own rollout.tool.cpu_s and timeout_s to the call's limits, so the new cell always has its own whole."""
+        cells = [c.request for c in earlier[_fresh_from(earlier) :]]
+        start_mark, end_mark = (f"\x1erlvr-{secrets.token_hex(6)}-{side}\x1e" for side in ("start", "end"))
+        program = _PROGRAM.format(cells=[*cells, request], start=start_mark, end=end_mark)
         job = {"mode": "stdio", "program": program, "setup": "", "tests": [{"stdin": ""}]}
-        lim = self.limits
-        limits = sandbox.Limits(cpu_s=lim.cpu_s, wall_s=lim.wall_s, memory_bytes=lim.memory_mb << 20,
+        lim, share = self.limits, 1 + len(cells)
+        limits = sandbox.Limits(cpu_s=lim.cpu_s * share, wall_s=lim.wall_s * share, memory_bytes=lim.memory_mb << 20,
                                 output_bytes=self.output_bytes)  # fmt: skip
         start = time.monotonic()
         try:
-            result = sandbox.run(job, limits, wall_s=lim.wall_s + 1.0, sandbox=lim.sandbox)
+            result = sandbox.run(job, limits, wall_s=limits.wall_s + 1.0, sandbox=lim.sandbox)
         except (sandbox.SandboxError, OSError) as e:  # the sandbox itself failed: this call's error, not the run's
             return ToolResult(f"[the tool could not run: {str(e)[:200]}]", "error", time.monotonic() - start)
         seconds = time.monotonic() - start
         case = next((e for e in result.events if e[0] == "case" and len(e) == 5), None)
         if case is None:  # no report: the whole sandbox was killed (wall clock, output) or did not start
             if result.timed_out:
-                return ToolResult(f"[timed out after {lim.wall_s:g} s]", "timeout", seconds)
+                return ToolResult(f"[timed out after {lim.wall_s:g} s" + RESTART, "timeout", seconds)
             if any(e[0] == "compile" for e in result.events):  # a syntax error: the harness compiled the program first
                 return ToolResult("[the cell could not be compiled]", "error", seconds)
             return ToolResult("[the tool gave no result]", "error", seconds)
         _, _, kind, out, cut = case
         text = out.encode("latin-1", "replace").decode("utf-8", "replace") if isinstance(out, str) else ""
+        before, started, text = text.partition(start_mark)
+        if not started:  # the earlier cells did not run to the end this time (they draw on the clock, the machine...)
+            return ToolResult("[this answer's earlier cells could not be re-run before this one; the interpreter "
+                              "restarts: the next cell will not see their variables]", "error", seconds)  # fmt: skip
+        text, finished, _ = text.partition(end_mark)
         if cut:
-            return ToolResult(text + "\n[output cut: too long]", "limit", seconds)
+            return ToolResult(text + _CUT_NOTE, "limit", seconds)
         if kind == "timeout":
-            text += f"\n[timed out: a call may take {lim.cpu_s:g} CPU seconds, {lim.wall_s:g} s]"
-        elif kind == "memory":
-            text += f"\n[MemoryError: over {lim.memory_mb} MiB]"
+            return ToolResult(text + f"\n[timed out: a call may take {lim.cpu_s:g} CPU seconds, {lim.wall_s:g} s" + RESTART,
+                              "timeout", seconds)  # fmt: skip
+        if kind == "memory":
+            return ToolResult(text + f"\n[MemoryError: over {lim.memory_mb} MiB]", "limit", seconds)
+        if not finished:  # os._exit, a signal of its own: the interpreter is gone
+            return ToolResult(text + _EXIT_NOTE, "error", seconds)
         return ToolResult(text, _STATUS.get(kind, "error"), seconds)
 
     def format(self, outputs: list[str]) -> list[Piece]:
         return [("```output\n" + output.removesuffix("\n") + "\n```\n", False) for output in outputs]
+
+
+def _fresh_from(earlier: list[ToolCall]) -> int:
+    """Where the interpreter of the answer's next call starts: after the last call it did not survive."""
+    stopped = [i for i, c in enumerate(earlier) if c.status == "timeout" or (c.status == "limit" and c.output.endswith(_CUT_NOTE))
+               or (c.status == "error" and c.output.endswith(RESTART))]  # fmt: skip
+    return stopped[-1] + 1 if stopped else 0
 
 
 def check(names: list[str], sandboxed: bool) -> None:

@@ -122,3 +122,35 @@ def test_learner_logprobs_equal_the_engines_on_multi_turn_answers(engine):
     assert tool_tokens.any() and torch.all(mine[tool_tokens] == 0)
     late = torch.tensor([[bool(m) and t >= c.generated for t, m in enumerate(c.from_model)] + [False] * (batch.response_mask.shape[1] - len(c.from_model)) for c in flat])
     assert late.any() and torch.all(mine[late] < 0)
+
+
+def test_an_answer_that_ends_on_its_last_budget_token_is_complete_with_tools_as_without(engine):
+    """Issue 54, defect 3: vLLM checks stop conditions before the length, so an answer whose end-of-turn token is its
+    last budget token finishes "stop". The tool driver said "length" (no budget left), which inflated
+    truncated_frac and, with algo.overlong_filter, dropped complete answers from the loss in tool runs only."""
+    from rlvr.tools import PythonLimits, PythonTool
+
+    free = engine.greedy(prompt_ids(PROMPTS), max_tokens=16, stop=[])
+    assert all(c.finish_reason == "stop" for c in free)
+    tools = ToolSampler(engine, [PythonTool(PythonLimits(1.0, 5.0, 256, True))], max_turns=2, output_tokens=64, workers=1)
+    for prompt, answer in zip(prompt_ids(PROMPTS), free, strict=True):
+        exact = len(answer.token_ids)  # the end-of-turn token included
+        (plain,) = engine.greedy([prompt], max_tokens=exact, stop=[])
+        (with_tools,) = tools.greedy([prompt], max_tokens=exact, stop=[])
+        assert plain.token_ids == with_tools.token_ids == answer.token_ids
+        assert plain.finish_reason == with_tools.finish_reason == "stop"
+        (short,) = tools.greedy([prompt], max_tokens=exact - 1, stop=[])  # one token less: truncated, both ways
+        assert short.finish_reason == engine.greedy([prompt], max_tokens=exact - 1, stop=[])[0].finish_reason == "length"
+
+
+def test_sampled_logprobs_are_positional():
+    """Issue 54 (a small one): an empty entry was dropped (`... if lp`), which would shift every later logprob onto the
+    wrong token. It counts 0.0 in its place."""
+    from types import SimpleNamespace
+
+    from rlvr.rollout import sampled_logprobs
+
+    entry = lambda token, value: {token: SimpleNamespace(logprob=value)}  # noqa: E731  (vLLM's {token: Logprob})
+    assert sampled_logprobs([entry(5, -0.5), {}, entry(7, -0.25)], [5, 6, 7]) == [-0.5, 0.0, -0.25]
+    assert sampled_logprobs([entry(5, -0.5), None, entry(7, -0.25)], [5, 6, 7]) == [-0.5, 0.0, -0.25]
+    assert sampled_logprobs(None, [5, 6]) == [] and sampled_logprobs([], []) == []

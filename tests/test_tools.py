@@ -10,6 +10,7 @@ from rlvr import tools
 from rlvr.config import ConfigError, validate
 from rlvr.multiturn import ToolSampler
 from rlvr.tasks import calc
+from rlvr.types import ToolCall
 from rlvr.verifiers import math as math_verifier
 from rlvr.verifiers import sandbox
 
@@ -25,14 +26,15 @@ def python() -> tools.PythonTool:
 
 @requires_sandbox
 def test_cells_share_state_and_show_the_last_expression(python):
-    result = python.run("y = x * 3\ny", ["x = 4821 * 7393\nprint('earlier output is not shown')", "import math"])
+    earlier = [ToolCall("python", cell, "", "ok", 0.1) for cell in ("x = 4821 * 7393\nprint('earlier output is not shown')", "import math")]
+    result = python.run("y = x * 3\ny", earlier)
     assert (result.output, result.status) == ("106924959\n", "ok")
     assert python.run("print(1)\nNone", []).output == "1\n"  # None is not shown, as in a notebook
 
 
 @requires_sandbox
 def test_an_error_shows_the_cells_traceback_only(python):
-    result = python.run("def f(n):\n    return 1 / n\nf(0)", ["raise ValueError('an earlier error is skipped')"])
+    result = python.run("def f(n):\n    return 1 / n\nf(0)", [ToolCall("python", "raise ValueError('an earlier error is skipped')", "", "error", 0.1)])
     assert result.status == "error"
     assert result.output.startswith("Traceback (most recent call last):\n  File \"<cell 2>\", line 3")
     assert result.output.rstrip().endswith("ZeroDivisionError: division by zero") and "rlvr" not in result.output
@@ -131,3 +133,50 @@ def test_the_tool_task_names_bad_options():
         calc.examples(size=10, eval_size=5, seed=0, options={"digit": 3})
     with pytest.raises(ConfigError, match="data.options.kinds"):
         calc.examples(size=10, eval_size=5, seed=0, options={"kinds": ["division"]})
+
+
+def _answer(limits: tools.PythonLimits, *cells: str):
+    """One answer whose k-th turn is the python block `cells[k]` (then "Done."), run through the driver with the real
+    python tool in the real sandbox: the calls' (status, output), in order."""
+    from test_multiturn import FakeEngine
+
+    turns = [f"```python\n{cell}\n```\n" for cell in cells] + ["Done."]
+    engine = FakeEngine(lambda prompt, seed: turns[min(prompt.count("```output"), len(turns) - 1)])
+    s = ToolSampler(engine, [tools.PythonTool(limits)], max_turns=len(cells), output_tokens=4096, workers=1)  # type: ignore[arg-type]
+    (c,) = s.generate([(81,)], n=1, max_tokens=20000, temperature=1.0, top_p=1.0, seeds=[0], stop=[])[0]
+    assert c.text.endswith("Done."), c.text
+    return [(k.status, k.output) for k in c.calls]
+
+
+@requires_sandbox
+def test_a_cell_cut_for_flooding_its_output_does_not_stop_the_answers_later_calls():
+    """Issue 54, defect 2: earlier cells were re-run whatever their status; a flood, cut after ~0.1 s by the output cap
+    the first time, spun to the CPU limit on its silenced re-run, so `print(6*7)` and every later call timed out."""
+    calls = _answer(LIMITS, "while True:\n    print('flood')", "print(6*7)", "print(7*8)")
+    assert calls[0][0] == "limit" and "[output cut" in calls[0][1]
+    assert calls[1:] == [("ok", "42\n"), ("ok", "56\n")]
+
+
+@requires_sandbox
+def test_a_cell_that_timed_out_or_spent_most_of_its_cpu_does_not_stop_the_answers_later_calls():
+    """Issue 54, defect 2: a call's CPU limit covered its re-run cells, so two cells of 0.6 CPU seconds each under a
+    1-second limit made the second (and every later call) time out. Each re-run cell now brings its own allowance; a
+    cell that timed out is not re-run (the interpreter restarts, and says so)."""
+    burn = "import time\n_t = time.process_time()\nwhile time.process_time() - _t < 0.6:\n    pass\nx = {}"
+    calls = _answer(LIMITS, burn.format(1), burn.format(2), "print(x + 4)", "while True:\n    pass", "print('x' in globals())")
+    assert [s for s, _ in calls] == ["ok", "ok", "ok", "timeout", "ok"], calls
+    assert calls[2][1] == "6\n" and "the interpreter restarts" in calls[3][1]
+    assert calls[4][1] == "False\n"  # after a timeout: a fresh interpreter
+
+
+@requires_sandbox
+def test_re_run_cells_draw_the_same_random_numbers_and_an_exit_is_said():
+    """Issue 54, risk 7: a cell that drew random numbers showed one value and the next cell saw another; an interpreter
+    that an earlier cell ended (os._exit) made every later call return '' with status ok. Now `random` is seeded per
+    call (the same stream on every re-run) and a cell that ends the interpreter says so; later cells start afresh."""
+    calls = _answer(LIMITS, "import random\nx = random.random()\nx", "print(x)", "import os\nos._exit(0)", "print(6*7)",
+                    "print('x' in globals())")
+    shown = calls[0][1].strip()
+    assert calls[0][0] == "ok" and calls[1] == ("ok", shown + "\n")
+    assert calls[2][0] == "error" and "the interpreter exited" in calls[2][1]
+    assert calls[3:] == [("ok", "42\n"), ("ok", "False\n")]  # a fresh interpreter: the exit's earlier state is gone

@@ -54,3 +54,31 @@ def leave() -> str:
 
 def undocumented(x):
     return x
+
+
+def hog(n: int) -> int:
+    """Sum 0..n-1 in one C call, which holds the GIL throughout (a thread cannot be made to give it up).
+
+    Args:
+        n: how many integers
+    """
+    return sum(range(n))
+
+
+def rows(n: int) -> list:
+    """The same row n times (the model chooses n).
+
+    Args:
+        n: how many rows
+    """
+    return [{"name": "row", "value": 12345}] * n
+
+
+def counter() -> int:
+    """How many times this process has called it (a function's own state lives in its worker process)."""
+    global _calls
+    _calls += 1
+    return _calls
+
+
+_calls = 0
