@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 MAX_RESULT_CHARS = 1 << 16  # a longer result is cut here (status "limit"), as the sandbox's output is
 START_TIMEOUT_S = 120.0  # a worker must import the functions and say it is ready within this
@@ -44,6 +45,9 @@ class FunctionWorkers:
         self._slots = threading.BoundedSemaphore(workers)
         self._lock = threading.Lock()
         self._all: set[_Worker] = set()
+        # workers are started from one thread that lives as long as the pool: PR_SET_PDEATHSIG fires when the thread
+        # that started a process ends, and the driver's call threads end with every turn
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-function-workers")
 
     def call(self, name: str, args: dict) -> tuple[str, str]:
         """(status, text): "ok" and the result as text (a str as it is, anything else as JSON), "limit" and the result
@@ -72,9 +76,10 @@ class FunctionWorkers:
             workers, self._all = list(self._all), set()
         for worker in workers:
             worker.stop()
+        self._spawner.shutdown(wait=False)
 
     def _start(self) -> _Worker:
-        worker = _Worker(self.paths)
+        worker = self._spawner.submit(_Worker, self.paths).result()
         with self._lock:
             self._all.add(worker)
         return worker

@@ -448,3 +448,14 @@ def test_tool_output_cannot_form_a_token_the_tokenizer_added_without_marking_it_
     body = shown[len(ids(tok, before, markup=True)) : len(shown) - len(ids(tok, after, markup=True))]
     assert tok.decode(body) == text and not set(body) & {*forged, tok.eos_token_id}
     assert set(ids(tok, text, markup=True)) & set(forged)  # (encoded whole, they would form)
+
+
+def test_calls_in_later_turns_reuse_the_workers_started_in_earlier_ones():
+    """Workers are started from the driver's call threads, which end with each turn: they must outlive them (a worker
+    killed with the thread that started it would make every later turn's call an error)."""
+    tok = chat_tokenizer()
+    tool = function_tool(tok, "counter", workers=1)
+    call = '<tool_call>{"name": "counter", "arguments": {}}</tool_call>'
+    c, _ = sample(tok, tool, [call, call, call, "Done."])
+    assert [(k.status, k.output) for k in c.calls] == [("ok", "1"), ("ok", "2"), ("ok", "3")]  # one worker, alive
+    tool.close()
