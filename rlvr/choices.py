@@ -71,6 +71,11 @@ class PromptFormat(str, enum.Enum):
     plain = "plain"  # the text as it is
 
 
+class ThinkMode(str, enum.Enum):
+    auto = "auto"  # the verifier reads only the text after a thinking answer's block (rlvr.thinking)
+    off = "off"  # the verifier reads the whole completion
+
+
 class AnswerExtract(str, enum.Enum):
     none = "none"  # the gold answer field is the final answer
     hashes = "hashes"  # a full solution ending in "#### 72" (GSM8K)

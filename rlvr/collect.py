@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlvr import algo, distributed, multiturn, sample_log
+from rlvr import algo, distributed, multiturn, sample_log, thinking
 from rlvr.config import AlgoConfig, Config, FilterMetric, RoundSize
 from rlvr.data import PromptStream
 from rlvr.metrics import split_lengths
@@ -91,7 +91,8 @@ def collect(
     length_correct: list[bool] = []  # per sampled completion, beside lengths
     truncated = 0
     first_round: list[dict[str, Any]] = []
-    sampled: list[Completion] = []  # every completion of every round (the tool metrics)
+    sampled: list[Completion] = []  # every completion of every round (the tool and thinking metrics)
+    splits: list[thinking.Split] = []  # what the verifier read of each, beside `sampled`
     tools_s = engine.tool_seconds if isinstance(engine, multiturn.ToolSampler) else 0.0
     for round_ in range(rounds):
         if len(kept) >= B or drawn >= rounds * B:
@@ -110,7 +111,8 @@ def collect(
             seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
             stop=r.stop,
         )
-        scores = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)])
+        scores = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)],
+                                [ex.think for ex in examples[mine] for _ in range(G)])  # fmt: skip
         # every rank gets every engine's groups, in prompt order: from here on all ranks hold the same round
         shares = distributed.all_gather_objects((local, scores))[::tp]
         groups = [g for part, _ in shares for g in part]
@@ -118,6 +120,7 @@ def collect(
         correct = torch.cat([s.correct for _, s in shares])  # [n*G]
         reward_metrics += [s.metrics for _, s in shares]
         results = [res for _, s in shares for res in s.results]  # [n*G]
+        splits += [sp for _, s in shares for sp in s.splits]
         flat = [c for g in groups for c in g]
         stream.record(examples, correct.view(n, G).bool().all(1).tolist())  # data.skip_solved's visit counts
         if round_ == 0:
@@ -153,6 +156,8 @@ def collect(
         "response_length/max": max(lengths),
         **split_lengths("response_length/", lengths, length_correct),
         "response_length/truncated_frac": truncated / len(lengths),
+        **thinking.length_metrics("response_length/", [(c.model_ids, sp) for c, sp in zip(sampled, splits, strict=True)],
+                                  lambda ids: engine.tokenizer.decode(ids, skip_special_tokens=True)),
         "sampling/rounds": len(all_rewards),
         "sampling/generated_groups": drawn,
         "sampling/informative_groups": informative_count,

@@ -36,6 +36,7 @@ from rlvr.choices import (  # noqa: F401 (re-exported: the schema's option types
     RolloutCorrection,
     RoundSize,
     Task,
+    ThinkMode,
     ToolName,
     VerifierName,
 )
@@ -120,6 +121,7 @@ class LoraConfig:
 class ModelConfig:
     path: str = MISSING  # "builtin:<name>", a local HF folder, or a hub id
     dtype: str = MISSING  # learner parameter dtype (the master weights; with LoRA, the adapter's)
+    chat_template: str | None = MISSING  # a .jinja file used in place of the model folder's chat template; null = its own
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -138,6 +140,7 @@ class DataConfig:
     format: PromptFormat = MISSING  # how prompts become token ids (rlvr.prompts)
     system_prompt: str | None = MISSING  # null = none
     prompt_template: str = MISSING  # "{prompt}" is replaced by the row's prompt
+    chat_template_kwargs: dict[str, Any] | None = MISSING  # arguments of every chat-template render; null = none
     subset: str | None = MISSING  # hub dataset config name (GSM8K's "main"); null = the default
     answer_extract: AnswerExtract = MISSING  # reduce a gold solution to its final answer
     name: str | None = MISSING  # task=gym: the reasoning-gym dataset
@@ -174,6 +177,8 @@ class RewardConfig:
     workers: int = MISSING  # verifier worker processes; 0 = in-process, no timeout
     timeout_s: float = MISSING  # per-sample wall-clock limit
     gold_check: float = MISSING  # share of gold answers that must score CORRECT before any model loads; 0 = skip
+    think: ThinkMode = MISSING  # auto: a thinking answer is graded on the text after its block (rlvr.thinking) | off
+    think_tags: list[str] = MISSING  # the block's open and close tags
     code: CodeConfig = field(default_factory=CodeConfig)  # the code verifier's sandbox and limits
 
 
@@ -308,9 +313,21 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
     except MissingMandatoryValue as e:
         raise ConfigError(f"config key '{e.full_key}' has no value; set it in the recipe or on the command line") from None
     except OmegaConfBaseException as e:
-        raise ConfigError(f"invalid value for config key '{e.full_key}': {(e.msg or str(e)).splitlines()[0]}") from None
+        key = e.full_key or _rejected_key(raw_cfg)  # OmegaConf names no key for a list given to a dict field
+        raise ConfigError(f"invalid value for config key '{key}': {(e.msg or str(e)).splitlines()[0]}") from None
     check(cfg)
     return cfg
+
+
+def _rejected_key(raw: Any) -> str:
+    """The first top-level field of a section that the schema refuses on its own (only on the error path)."""
+    for section in raw:
+        for name in raw[section] if isinstance(raw[section], DictConfig) else []:
+            try:
+                OmegaConf.merge(OmegaConf.structured(Config), {section: {name: raw[section][name]}})
+            except OmegaConfBaseException:
+                return f"{section}.{name}"
+    return ""
 
 
 AUTO = "auto"  # a device-dependent setting that rlvr.settings resolves at start-up
@@ -447,6 +464,9 @@ def check(cfg: Config) -> None:
                           f"{c.memory_mb}")  # fmt: skip
     if "{prompt}" not in cfg.data.prompt_template:
         raise ConfigError(f"data.prompt_template must contain {{prompt}}, got {cfg.data.prompt_template!r}")
+    tags = cfg.reward.think_tags
+    if len(tags) != 2 or not all(isinstance(t, str) and t.strip() for t in tags) or tags[0] == tags[1]:
+        raise ConfigError(f"reward.think_tags must be two different non-empty tags [open, close], got {list(tags)}")
     if cfg.reward.extract is not None and not cfg.reward.extract:
         raise ConfigError("reward.extract must list at least one answer extractor (or be null: the verifier's own)")
     if cfg.logger.samples_every < 0:

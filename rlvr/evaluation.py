@@ -54,6 +54,7 @@ class Scored:
     detail: str | None = None  # the verifier's detail (code: passed, wrong_answer, timeout, ...); None without one
     calls: int = 0  # tool calls (rollout.tools)
     failed_calls: int = 0  # of them: error, timeout, limit
+    unclosed: bool = False  # a thinking answer whose block never closed: no answer (rlvr.thinking)
 
 
 def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
@@ -66,10 +67,11 @@ def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
 
 
 def rates(prefix: str, scored: list[Scored], details: tuple[str, ...] = ()) -> dict[str, float]:
-    """The shares of answers without a readable answer, whose verifier gave up, and cut off at the token limit; and of
-    each of the verifier's `details` (`<prefix>detail/<detail>`)."""
+    """The shares of answers without a readable answer, whose thinking block never closed, whose verifier gave up, and
+    cut off at the token limit; and of each of the verifier's `details` (`<prefix>detail/<detail>`)."""
     return {
         f"{prefix}no_answer_frac": sum(s.no_answer for s in scored) / len(scored),
+        f"{prefix}unclosed_think_frac": sum(s.unclosed for s in scored) / len(scored),
         f"{prefix}timeout_frac": sum(s.timeout for s in scored) / len(scored),
         f"{prefix}truncated_frac": sum(s.truncated for s in scored) / len(scored),
         **{f"{prefix}detail/{d}": sum(s.detail == d for s in scored) / len(scored) for d in details},
@@ -129,10 +131,12 @@ def evaluate(
                                   top_p=e.top_p, seeds=seeds, stop=r.stop)  # fmt: skip
     flat = greedy + [c for answers in sampled for c in answers]
     answers = [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)]
-    results, details = rewarder.judge([c.text for c in flat], answers)
+    splits = rewarder.grade(flat, [x.think for x in mine] + [x.think for x in mine for _ in range(e.n)])  # rlvr.thinking
+    results, details = rewarder.judge([s.answer for s in splits], answers, [s.thoughts for s in splits])
     scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, c.generated,
-                     c.finish_reason == "length", detail, len(c.calls), sum(call.status != "ok" for call in c.calls))
-              for c, res, detail in zip(flat, results, details)]  # fmt: skip
+                     c.finish_reason == "length", detail, len(c.calls), sum(call.status != "ok" for call in c.calls),
+                     split.unclosed)
+              for c, res, detail, split in zip(flat, results, details, splits)]  # fmt: skip
     local = {"places": places, "greedy": scored[: len(mine)],
              "sampled": [scored[len(mine) + i * e.n : len(mine) + (i + 1) * e.n] for i in range(len(mine))]}  # fmt: skip
     if every_row:

@@ -95,12 +95,12 @@ def describe(schemas: list[dict]) -> str:
     return FUNCTIONS_PROMPT.format(tools="\n".join(json.dumps(s, ensure_ascii=False) for s in schemas))
 
 
-def renders_tools(tokenizer: Any, messages: list[dict], schemas: list[dict]) -> bool:
+def renders_tools(tokenizer: Any, messages: list[dict], schemas: list[dict], template_kwargs: dict | None = None) -> bool:
     """Whether the tokenizer's chat template describes the tools itself, in the <tool_call> format rlvr reads: it
     renders otherwise with them than without, and its text names <tool_call>. A template that teaches another format
     (Llama 3.1's bare JSON, Qwen3-Coder's XML) is not used for them: rlvr's description is, so that the model is told
     the format its calls are read in."""
-    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
+    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False, **(template_kwargs or {})}
     with_tools = tokenizer.apply_chat_template(messages, tools=schemas, **kwargs)
     return with_tools != tokenizer.apply_chat_template(messages, **kwargs) and "<tool_call>" in with_tools
 
@@ -111,9 +111,10 @@ class ChatFrame:
     with marks in place of the contents), so every template's own layout holds: Qwen's <tool_response> blocks inside
     one user turn, a `tool` role of its own in ChatML."""
 
-    def __init__(self, tokenizer: Any, schemas: list[dict], max_results: int = 1) -> None:
+    def __init__(self, tokenizer: Any, schemas: list[dict], max_results: int = 1, template_kwargs: dict | None = None) -> None:
         self.tokenizer = tokenizer
         self.schemas = schemas
+        self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs: as the prompts were rendered
         self._around: dict[int, list[str]] = {}
         # every number of results one turn may show (rollout.max_turns calls at most): a template that renders one
         # tool message but refuses two in a row (roles that must alternate) fails here, before any model loads
@@ -132,7 +133,8 @@ class ChatFrame:
             what = "a function's result" + ("" if n == 1 else f" when one turn makes {n} calls ({n} results, 'tool' messages in a row")
             allows = "" if n == 1 else f"; rollout.max_turns={max_results} allows {max_results} calls in one turn)"
             try:
-                text = self.tokenizer.apply_chat_template(conversation, tools=self.schemas or None, add_generation_prompt=True, tokenize=False)
+                text = self.tokenizer.apply_chat_template(conversation, tools=self.schemas or None, add_generation_prompt=True,
+                                                          tokenize=False, **self.template_kwargs)  # fmt: skip
             except Exception as e:  # jinja's errors, a template's raise_exception
                 raise ConfigError(f"rollout.tools: the model's chat template cannot render {what}{allows} (a 'tool' "
                                   f"message after the assistant's): {type(e).__name__}: {e}") from None  # fmt: skip

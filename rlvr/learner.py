@@ -34,7 +34,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
-from rlvr import algo, distributed, lora, settings, sharding
+from rlvr import algo, chat, distributed, lora, settings, sharding
 from rlvr.batching import micro_batches, split_to
 from rlvr.config import AUTO, ConfigError
 from rlvr.lm_head import has_plain_head, response_logprobs
@@ -117,6 +117,7 @@ class Learner:
         a, t = cfg.algo, cfg.trainer
         distributed.init()
         self.model_path = model_path
+        self.chat_template = chat.read_template(getattr(cfg.model, "chat_template", None))  # saved with the model
         self.device = distributed.device()
         self.world_size = distributed.world_size()  # FSDP averages gradients over ranks; the loss is scaled by this
         self.rank = distributed.rank()
@@ -430,7 +431,7 @@ class Learner:
             config.save_pretrained(folder)
             if base.can_generate():
                 base.generation_config.save_pretrained(folder)
-            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(folder)
+            chat.use_template(AutoTokenizer.from_pretrained(self.model_path), self.chat_template).save_pretrained(folder)
 
     @torch.no_grad()
     def save_adapter(self, folder: Path) -> Path:

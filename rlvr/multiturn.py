@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr import function_tools, tools
+from rlvr import chat, function_tools, thinking, tools
 from rlvr.config import CodeSandbox, Config
 from rlvr.rollout import Engine
 from rlvr.tools import PythonLimits, PythonTool, Tool, ToolResult
@@ -61,6 +61,7 @@ class _Answer:
     waiting_on: str | None = None  # the tool stop string that ended its last turn
     fence_turns: int = 0
     hit_max_turns: bool = False
+    opened_at: list[int] = field(default_factory=list)  # places in `text` where a tool frame opened a thinking block
 
     @property
     def left(self) -> int:
@@ -103,14 +104,17 @@ class _Answer:
     def completion(self, sampled: bool) -> Completion:
         return Completion(prompt_ids=self.prompt_ids, token_ids=self.ids, text=self.text, finish_reason=self.finish,
                           engine_logprobs=self.logprobs if sampled else [], stop_string=self.stop_string,
-                          from_model=self.from_model, calls=tuple(self.calls), hit_max_turns=self.hit_max_turns)  # fmt: skip
+                          from_model=self.from_model, calls=tuple(self.calls), hit_max_turns=self.hit_max_turns,
+                          think_opened_at=tuple(self.opened_at))  # fmt: skip
 
 
 class ToolSampler:
     """The engine with tools: `generate` and `greedy` as Engine's, each answer written over several turns."""
 
-    def __init__(self, engine: Engine, tools: list[Tool], *, max_turns: int, output_tokens: int, workers: int) -> None:
+    def __init__(self, engine: Engine, tools: list[Tool], *, max_turns: int, output_tokens: int, workers: int,
+                 think_tags: tuple[str, str] = thinking.DEFAULT_TAGS) -> None:  # fmt: skip
         self.engine = engine
+        self.think_tags = think_tags  # a frame that ends inside such a block starts a thinking turn (rlvr.thinking)
         self.tools = tools
         self.max_turns = max_turns
         self.output_tokens = output_tokens
@@ -197,28 +201,32 @@ class ToolSampler:
         for answer, tool, requests in jobs:
             turn = [next(results) for _ in requests]
             answer.calls += [ToolCall(tool.name, q, r.output, r.status, r.seconds) for q, r in zip(requests, turn, strict=True)]
-            ids = self._output_ids(tool, [r.output for r in turn], answer.left)
-            if ids is None:  # not even cut outputs fit: the answer ends here
+            shown = self._output_ids(tool, [r.output for r in turn], answer.left)
+            if shown is None:  # not even cut outputs fit: the answer ends here
                 answer.end("length")
                 continue
+            ids, markup = shown
             answer.add_output(ids)
+            if thinking.prompt_state(markup, self.think_tags, getattr(self.tokenizer, "eos_token", None)) is thinking.State.OPEN:
+                answer.opened_at.append(len(answer.text))  # the frame opened a block (QwQ's): the next turn thinks
             if answer.left <= 0:
                 answer.end("length")
 
-    def _output_ids(self, tool: Tool, outputs: list[str], left: int) -> list[int] | None:
-        """The ids of what the model is shown after a turn's calls, encoded once: each output cut to
-        rollout.tool.output_tokens, then the longest ones further until all fits in what is left of the answer's budget
-        (each keeps its first tokens, then a marker); None when no cut fits."""
+    def _output_ids(self, tool: Tool, outputs: list[str], left: int) -> tuple[list[int], str] | None:
+        """The ids of what the model is shown after a turn's calls, encoded once, and the frame's markup text: each
+        output cut to rollout.tool.output_tokens, then the longest ones further until all fits in what is left of the
+        answer's budget (each keeps its first tokens, then a marker); None when no cut fits."""
         bodies = [self._encode(output) for output in outputs]
         caps = [self.output_tokens] * len(outputs)
         while True:
             shown = [self._cut(output, body, cap) for output, body, cap in zip(outputs, bodies, caps, strict=True)]
             if None in shown:
                 return None
-            ids = [i for text, markup in tool.format(shown) for i in self._encode(text, markup)]  # type: ignore[arg-type]
+            pieces = tool.format(shown)  # type: ignore[arg-type]
+            ids = [i for text, markup in pieces for i in self._encode(text, markup)]
             excess = len(ids) - left
             if excess <= 0:
-                return ids
+                return ids, "".join(text for text, markup in pieces if markup)
             sizes = [len(self._encode(s)) for s in shown]  # type: ignore[arg-type]
             k = max(range(len(sizes)), key=sizes.__getitem__)
             caps[k] = min(sizes[k] - 1, sizes[k] - excess)
@@ -282,14 +290,15 @@ def check(cfg: Config) -> None:
     tools.check(list(cfg.rollout.tools), cfg.rollout.tool.sandbox is CodeSandbox.bwrap)
 
 
-def build(names: list[str], limits: PythonLimits, tokenizer: Any, *, max_calls: int = 1, workers: int = 1) -> list[Tool]:
+def build(names: list[str], limits: PythonLimits, tokenizer: Any, *, max_calls: int = 1, workers: int = 1,
+          template_kwargs: dict | None = None) -> list[Tool]:  # fmt: skip
     """The tools rollout.tools names (checked by rlvr.config): the python tool, and the functions named by import path
-    as one tool (rlvr.function_tools; `tokenizer`'s chat template frames their results, up to `max_calls` a turn;
-    `workers` processes run them)."""
+    as one tool (rlvr.function_tools; `tokenizer`'s chat template, rendered with `template_kwargs`, frames their results,
+    up to `max_calls` a turn; `workers` processes run them)."""
     built: list[Tool] = [PythonTool(limits)] if "python" in names else []
     if any(function_tools.is_function(name) for name in names):
         functions, schemas = function_tools.load(names)
-        frame = function_tools.ChatFrame(tokenizer, schemas, max_calls)
+        frame = function_tools.ChatFrame(tokenizer, schemas, max_calls, template_kwargs)
         built.append(function_tools.FunctionTools(functions, frame, limits.wall_s, workers))
     return built
 
@@ -301,8 +310,11 @@ def sampler(engine: Engine, cfg: Config) -> Sampler:
         return engine
     t = r.tool
     limits = PythonLimits(cpu_s=t.cpu_s, wall_s=t.timeout_s, memory_mb=t.memory_mb, sandbox=t.sandbox is CodeSandbox.bwrap)
-    built = build(list(r.tools), limits, engine.tokenizer, max_calls=r.max_turns, workers=t.workers)
-    return ToolSampler(engine, built, max_turns=r.max_turns, output_tokens=t.output_tokens, workers=t.workers)
+    tokenizer = chat.use_template(engine.tokenizer, chat.read_template(cfg.model.chat_template))  # as the prompts'
+    built = build(list(r.tools), limits, tokenizer, max_calls=r.max_turns, workers=t.workers,
+                  template_kwargs=chat.template_kwargs(cfg.data.chat_template_kwargs))  # fmt: skip
+    return ToolSampler(engine, built, max_turns=r.max_turns, output_tokens=t.output_tokens, workers=t.workers,
+                       think_tags=(cfg.reward.think_tags[0], cfg.reward.think_tags[1]))  # fmt: skip
 
 
 def close(sampler: Sampler) -> None:

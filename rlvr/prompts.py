@@ -11,7 +11,11 @@ Formats (data.format):
 data.prompt_template (with `{prompt}`) rewrites the prompt text first; data.system_prompt goes first (a system
 message in chat, a paragraph before the prompt in plain text). With rollout.tools, the python tool's instruction ends
 it, and the user's functions (rlvr.function_tools) go to the chat template as `tools=` (or, where the template has no
-tool support, rlvr's description of them ends the system message); they need the chat path.
+tool support, rlvr's description of them ends the system message); they need the chat path. Every chat render takes
+data.chat_template_kwargs, with model.chat_template's text in place of the model's where one is given (rlvr.chat).
+
+Each prompt also gets its thinking state here, once (rlvr.thinking.prompt_state): whether the template left a
+`<think>` block open at its end (R1 distills, QwQ), opened and closed one (Qwen3 with thinking off), or neither.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlvr import console, function_tools
+from rlvr import chat, console, function_tools, thinking
 from rlvr.config import Config, ConfigError, DataConfig, LongPrompts, PromptFormat, VerifierName
 from rlvr.types import Example
 
@@ -57,21 +61,24 @@ def apply_template(template: str, prompt: str) -> str:
 
 def render(
     examples: list[Example], tokenizer: Any, cfg: DataConfig, instruction: str | None = None, tools: list[dict] | None = None,
-    *, max_calls: int = 1,
+    *, max_calls: int = 1, think_tags: tuple[str, str] = thinking.DEFAULT_TAGS,
 ) -> list[Example]:
-    """The examples with `prompt_ids` set: the ids of the prompt as the model sees it; `instruction`: the python tool's
-    instruction (a system paragraph); `tools`: the JSON schemas of the user's function tools, of which one turn may
-    call up to `max_calls` (rollout.max_turns)."""
+    """The examples with `prompt_ids` set (the ids of the prompt as the model sees it) and their thinking state (the
+    block `think_tags` delimit); `instruction`: the python tool's instruction (a system paragraph); `tools`: the JSON
+    schemas of the user's function tools, of which one turn may call up to `max_calls` (rollout.max_turns)."""
     if chat_format(cfg.format, tokenizer):
+        kwargs = chat.template_kwargs(cfg.chat_template_kwargs)
+        chat.check(tokenizer, kwargs)
         if tools:  # the template can show 1..max_calls results after a turn (ConfigError if not)
-            function_tools.ChatFrame(tokenizer, tools, max_calls)
-            if not function_tools.renders_tools(tokenizer, [{"role": "user", "content": "?"}], tools):
+            function_tools.ChatFrame(tokenizer, tools, max_calls, kwargs)
+            if not function_tools.renders_tools(tokenizer, [{"role": "user", "content": "?"}], tools, kwargs):
                 instruction, tools = _joined(instruction, function_tools.describe(tools)), None
         out = []
         for e in examples:
-            ids = tokenizer.apply_chat_template(messages_of(e, cfg, instruction), tools=tools or None, add_generation_prompt=True, tokenize=True)
+            ids = tokenizer.apply_chat_template(messages_of(e, cfg, instruction), tools=tools or None, add_generation_prompt=True,
+                                                tokenize=True, **kwargs)  # fmt: skip
             ids = ids["input_ids"] if not isinstance(ids, list) else ids  # transformers 5 returns a mapping
-            out.append(dataclasses.replace(e, prompt_ids=tuple(ids)))
+            out.append(dataclasses.replace(e, prompt_ids=tuple(ids), think=_state(tokenizer, ids, think_tags)))
         return out
     if tools:
         raise ConfigError(
@@ -90,7 +97,16 @@ def render(
     head = _joined(cfg.system_prompt, instruction) + "\n\n" if cfg.system_prompt or instruction else ""
     texts = [head + apply_template(cfg.prompt_template, e.prompt) for e in examples]
     ids = tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
-    return [dataclasses.replace(e, prompt_ids=tuple(i)) for e, i in zip(examples, ids)]
+    return [dataclasses.replace(e, prompt_ids=tuple(i), think=_state(tokenizer, i, think_tags)) for e, i in zip(examples, ids)]
+
+
+def _state(tokenizer: Any, ids: list[int], tags: tuple[str, str]) -> thinking.State:
+    """The prompt's thinking state, read off its text as the model sees it (special tokens included) after its last
+    end of turn (the tokenizer's EOS): the generation prompt, not earlier turns. Only that tail is decoded."""
+    ids = list(ids)
+    eos = tokenizer.eos_token_id
+    start = len(ids) - ids[::-1].index(eos) if eos is not None and eos in ids else 0
+    return thinking.prompt_state(tokenizer.decode(ids[start:], skip_special_tokens=False), tags, None)
 
 
 def drop_long_prompts(examples: list[Example], budget: int, mode: LongPrompts) -> tuple[list[Example], int]:
@@ -116,6 +132,7 @@ def drop_long_prompts(examples: list[Example], budget: int, mode: LongPrompts) -
 def prepare(
     train_set: list[Example], eval_set: list[Example], tokenizer: Any, context: int, cfg: DataConfig, max_new_tokens: int,
     *, verbose: bool = True, instruction: str | None = None, tools: list[dict] | None = None, max_calls: int = 1,
+    think_tags: tuple[str, str] = thinking.DEFAULT_TAGS,
 ) -> tuple[list[Example], list[Example], int, dict[str, int]]:
     """Render both sets, then drop (or reject) prompts over the budget; return the sets, the engine's max_model_len
     and the counts dropped.
@@ -125,7 +142,8 @@ def prepare(
     """
     budget = cfg.max_prompt_tokens or context - max_new_tokens
     (train_set, train_dropped), (eval_set, eval_dropped) = (
-        drop_long_prompts(render(examples, tokenizer, cfg, instruction, tools, max_calls=max_calls), budget, cfg.long_prompts)
+        drop_long_prompts(render(examples, tokenizer, cfg, instruction, tools, max_calls=max_calls, think_tags=think_tags),
+                          budget, cfg.long_prompts)  # fmt: skip
         for examples in (train_set, eval_set)
     )
     if not eval_set:
@@ -149,9 +167,11 @@ def load(
 
     train_set, eval_set, task_verifier = load_task(cfg.data)
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
+    tokenizer = chat.use_template(AutoTokenizer.from_pretrained(model_path), chat.read_template(cfg.model.chat_template))
     train_set, eval_set, max_model_len, dropped = prepare(
-        train_set, eval_set, AutoTokenizer.from_pretrained(model_path), context, cfg.data, cfg.rollout.max_new_tokens,
+        train_set, eval_set, tokenizer, context, cfg.data, cfg.rollout.max_new_tokens,
         verbose=verbose, instruction=cfg.rollout.tool.instruction if "python" in cfg.rollout.tools else None,
         tools=function_tools.load(list(cfg.rollout.tools))[1] or None, max_calls=cfg.rollout.max_turns,
+        think_tags=(cfg.reward.think_tags[0], cfg.reward.think_tags[1]),
     )
     return train_set, eval_set, task_verifier, max_model_len, dropped

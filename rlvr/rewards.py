@@ -3,6 +3,11 @@ a pool of worker processes with a per-sample timeout, plus DAPO's overlong shapi
 construction (the arithmetic one: a length-capped regex and int()) runs in this process instead: no workers to start,
 no pickling, microseconds per sample.
 
+Thinking models (rlvr.thinking, reward.think): the verifier reads only the answer after a thinking completion's block
+(`grade`); one whose block never closes has no answer (the "no answer" reward, counted in reward/unclosed_think_frac)
+and is not sent to the verifier. A user function (reward.fn, reward.terms) gets the same answer text; one with a
+`thoughts` parameter also gets the thoughts (None for an answer that did not think).
+
 A sample whose verifier gave up (Outcome.TIMEOUT: its own work budget, or the pool's reward.timeout_s, ran out) gets
 the reward.timed_out reward (null: reward.incorrect) and is counted in `verifier/timeouts` and `reward/timeout_frac`;
 one whose verifier call raises gets the "no answer" reward and is counted in `verifier/errors`. The run goes on.
@@ -12,16 +17,17 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
-from rlvr import algo, console
-from rlvr.config import AlgoConfig, CodeSandbox, ConfigError, RewardConfig, VerifierName
+from rlvr import algo, console, thinking
+from rlvr.config import AlgoConfig, CodeSandbox, ConfigError, RewardConfig, ThinkMode, VerifierName
 from rlvr.types import Completion
 from rlvr.verifiers import Outcome, Verdict
-from rlvr.verifiers.pool import Result, Scored, VerifierPool, load_function
+from rlvr.verifiers.pool import PoolStats, Result, Scored, VerifierPool, call_with_thoughts, load_function
 
 
 class Verifier(NamedTuple):
@@ -58,6 +64,7 @@ class Scores(NamedTuple):
     correct: torch.Tensor  # [n] 1.0 where the primary verifier said CORRECT, else 0.0
     metrics: dict[str, float]  # reward/* and verifier/* for the log
     results: list[Result]  # the primary verifier's outcome (or score) per completion
+    splits: list[thinking.Split]  # what the verifier read of each completion (its answer), and its thoughts
 
 
 class Rewarder:
@@ -74,7 +81,10 @@ class Rewarder:
         if cfg.extract is not None and (spec is None or not spec.extractors):
             raise ConfigError(f"reward.extract chooses where the math and gym verifiers find the answer; this run's "
                               f"verifier is {name}: set reward.extract=null")  # fmt: skip
+        self.think, self.think_tags = cfg.think is ThinkMode.auto, (cfg.think_tags[0], cfg.think_tags[1])
         primary: str | Callable = str(cfg.fn) if spec is None else str(spec.score) if cfg.partial else spec.verify
+        if spec is None:  # a user function with a `thoughts` parameter gets them too
+            primary = _with_thoughts(str(cfg.fn), "reward.fn")
         self.details: tuple[str, ...] = ()  # the judge's details, counted in reward/detail/<detail>
         if spec is not None and spec.judge is not None:
             primary = functools.partial(load_function(spec.judge), **_code_options(cfg))
@@ -93,7 +103,8 @@ class Rewarder:
         self.gold_options = {} if spec is None or spec.gold_rows is None else {"cap": spec.gold_rows, "threads": spec.gold_threads}
         # A bad import path fails here, before any model loads.
         self.primary = _pool("reward.fn", primary, cfg, in_process=spec is not None and spec.in_process)
-        self.terms = [(t.fn, t.weight, _pool(f"reward.terms[{i}].fn", t.fn, cfg)) for i, t in enumerate(cfg.terms)]
+        self.terms = [(t.fn, t.weight, _pool(f"reward.terms[{i}].fn", _with_thoughts(t.fn, f"reward.terms[{i}].fn"), cfg))
+                      for i, t in enumerate(cfg.terms)]  # fmt: skip
         self.pools = [self.primary] + [pool for _, _, pool in self.terms]
         for pool in self.pools:  # the workers import their functions while the models load; the first score waits
             pool.start(wait=False)
@@ -126,34 +137,46 @@ class Rewarder:
         rlvr.gold; None for a user reward.fn, whose answers rlvr cannot write."""
         return None if self._gold is None else load_function(self._gold)
 
-    def judge(self, texts: list[str], answers: list[str]) -> tuple[list[Result], list[str | None]]:
+    def grade(self, completions: list[Completion], states: list[thinking.State] | None = None) -> list[thinking.Split]:
+        """What the verifier reads of each completion (rlvr.thinking: its answer; None when its block never closed) and
+        its thoughts, given where each started (its prompt's thinking state; None: no prompt opened a block)."""
+        states = states or [thinking.State.ABSENT] * len(completions)
+        return [thinking.answer_text(c.text, s, self.think_tags, self.think, c.think_opened_at) for c, s in zip(completions, states, strict=True)]
+
+    def judge(self, texts: list[str | None], answers: list[str], thoughts: list[str | None] | None = None) -> tuple[list[Result], list[str | None]]:
         """The primary verifier's results alone (evaluation), and each answer's detail (one of `details`; None for a
-        verifier without details, or an answer its worker did not judge)."""
-        scored = self.primary.score(list(zip(texts, answers)))[0]
+        verifier without details, or an answer its worker did not judge). A text None (a thinking answer whose block
+        never closed) is NO_ANSWER, unjudged."""
+        scored = self._primary(texts, answers, thoughts)
         return self._unpack(scored)[0], [s.detail if isinstance(s, Verdict) else None for s in scored]
 
-    def extract(self, text: str) -> str | None:
-        """The answer the verifier reads in a completion (None: none found, or a user function that does not say)."""
-        return None if self.extract_fn is None else self.extract_fn(text)
+    def extract(self, text: str | None) -> str | None:
+        """The answer the verifier reads in an answer text (None: none found, or a user function that does not say)."""
+        return None if self.extract_fn is None or text is None else self.extract_fn(text)
 
-    def score(self, completions: list[Completion], answers: list[str]) -> Scores:
-        """Rewards, correctness, metrics and the primary verifier's results for completions and their ground truths."""
-        pairs = [(c.text, a) for c, a in zip(completions, answers)]
-        scored, stats = self.primary.score(pairs)
+    def score(self, completions: list[Completion], answers: list[str], states: list[thinking.State] | None = None) -> Scores:
+        """Rewards, correctness, metrics, the primary verifier's results and what it read, for completions (whose prompts
+        left them in `states`: rlvr.thinking) and their ground truths."""
+        splits = self.grade(completions, states)
+        texts, thoughts = [s.answer for s in splits], [s.thoughts for s in splits]
+        stats = PoolStats()
+        scored = self._primary(texts, answers, thoughts, stats)
         results, detail_metrics = self._unpack(scored)
         rewards = torch.tensor([self.value(r) for r in results])  # [n]
         correct = torch.tensor([float(self.is_correct(r)) for r in results])  # [n]
         # a timeout is every TIMEOUT result: the pool's own (stats.timeouts) and a verifier's that gave up by itself
         timeouts = sum(r is Outcome.TIMEOUT for r in results)
+        n = max(len(results), 1)
         metrics = {
             "verifier/timeouts": float(timeouts),
             "verifier/errors": float(stats.errors),
-            "reward/no_answer_frac": sum(r is Outcome.NO_ANSWER for r in results) / max(len(results), 1),
-            "reward/timeout_frac": timeouts / max(len(results), 1),
+            "reward/no_answer_frac": sum(r is Outcome.NO_ANSWER for r in results) / n,
+            "reward/timeout_frac": timeouts / n,
+            "reward/unclosed_think_frac": sum(s.unclosed for s in splits) / n,
             **detail_metrics,
         }
         for name, weight, pool in self.terms:
-            term_scored, term_stats = pool.score(pairs)
+            term_scored, term_stats = _score(pool, texts, answers, thoughts)
             term_results = [r.outcome if isinstance(r, Verdict) else r for r in term_scored]
             term = torch.tensor([self.value(r) for r in term_results])  # [n]
             rewards = rewards + weight * term
@@ -168,7 +191,14 @@ class Rewarder:
             )  # [n]
             rewards = rewards + penalty
             metrics["reward/overlong_penalty"] = penalty.mean().item()
-        return Scores(rewards, correct, metrics, results)
+        return Scores(rewards, correct, metrics, results, splits)
+
+    def _primary(self, texts: list[str | None], answers: list[str], thoughts: list[str | None] | None,
+                 stats: PoolStats | None = None) -> list[Scored]:  # fmt: skip
+        scored, pool_stats = _score(self.primary, texts, answers, thoughts)
+        if stats is not None:
+            stats.timeouts, stats.errors = pool_stats.timeouts, pool_stats.errors
+        return scored
 
     def close(self) -> None:
         for pool in self.pools:
@@ -192,6 +222,30 @@ def _code_options(cfg: RewardConfig) -> dict:
                               f"without one, with your rights.)") from None  # fmt: skip
     return {"time_limit_s": c.time_limit_s, "memory_mb": c.memory_mb, "max_wall_s": max(cfg.timeout_s - 0.5, cfg.timeout_s * 0.9),
             "sandbox": c.sandbox is CodeSandbox.bwrap}  # fmt: skip
+
+
+def _with_thoughts(path: str, key: str) -> str | Callable:
+    """A user function by import path; one that takes a `thoughts` argument as the pool calls it with them (a third
+    item of each sample). A bad path is left for _pool to name."""
+    try:
+        takes = "thoughts" in inspect.signature(load_function(path)).parameters
+    except (ValueError, TypeError):
+        return path
+    return functools.partial(call_with_thoughts, path) if takes else path
+
+
+def _score(pool: VerifierPool, texts: list[str | None], answers: list[str],
+           thoughts: list[str | None] | None) -> tuple[list[Scored], PoolStats]:  # fmt: skip
+    """The pool's results for the texts that have an answer; NO_ANSWER, unscored, where the text is None (a thinking
+    answer whose block never closed). A pool of a function that takes thoughts gets them as each sample's third item."""
+    keep = [i for i, t in enumerate(texts) if t is not None]
+    with_thoughts = isinstance(pool.fn, functools.partial) and pool.fn.func is call_with_thoughts
+    items = [(texts[i], answers[i], *((thoughts[i] if thoughts else None,) if with_thoughts else ())) for i in keep]
+    scored, stats = pool.score(items) if items else ([], PoolStats())  # type: ignore[arg-type]
+    out: list[Scored] = [Outcome.NO_ANSWER] * len(texts)
+    for i, result in zip(keep, scored, strict=True):
+        out[i] = result
+    return out, stats
 
 
 def _pool(key: str, fn: str | Callable, cfg: RewardConfig, in_process: bool = False) -> VerifierPool:

@@ -19,8 +19,11 @@ def records(
     rewards: list[float], tokenizer: Any, rewarder: Rewarder,
 ) -> list[dict[str, Any]]:
     """One row per completion: the prompt and completion exactly as the model saw and wrote them (special tokens
-    included), the gold answer (a gym task's plain answer; its whole record in `answer_record`), the answer the verifier read, the outcome and the reward. `step` is None for a model
+    included), the gold answer (a gym task's plain answer; its whole record in `answer_record`), the answer the verifier
+    read, the outcome and the reward; for a thinking answer (rlvr.thinking) its two parts, `thoughts` and
+    `answer_text` (what the verifier was given; null when the block never closed). `step` is None for a model
     evaluated outside a run (rlvr eval model.path=...)."""
+    splits = rewarder.grade(completions, [e.think for e in examples])
     return [
         {
             "step": step,
@@ -30,7 +33,8 @@ def records(
             "completion": tokenizer.decode(c.token_ids, skip_special_tokens=False),
             "gold": e.shown_answer,
             **({} if e.gold is None else {"answer_record": e.answer}),  # what the verifier is handed (gym: the JSON record)
-            "extracted": rewarder.extract(c.text),
+            "extracted": rewarder.extract(split.answer),
+            **({} if split.thoughts is None else {"thoughts": split.thoughts, "answer_text": split.answer}),
             "outcome": r.value if isinstance(r, Outcome) else r,
             "correct": rewarder.is_correct(r),
             "reward": reward,
@@ -39,7 +43,7 @@ def records(
             **({} if c.from_model is None else {"tool_calls": describe_calls(c), "tool_tokens": len(c.token_ids) - c.generated,
                                                 "hit_max_turns": c.hit_max_turns}),  # fmt: skip
         }
-        for e, c, r, reward in zip(examples, completions, results, rewards)
+        for e, c, r, reward, split in zip(examples, completions, results, rewards, splits)
     ]
 
 

@@ -32,10 +32,11 @@ from rlvr import (
     prompts,
     sample_log,
     settings,
+    thinking,
 )
 from rlvr.algo import LossOptions
 from rlvr.collect import RoundSizer
-from rlvr.config import Config, ConfigError, PiOld, Task, check_world
+from rlvr.config import Config, ConfigError, PiOld, Task, ThinkMode, check_world
 from rlvr.data import PromptStream
 from rlvr.learner import Learner, loss_options
 from rlvr.metrics import MetricsLogger
@@ -72,6 +73,7 @@ class Run:
     loss: LossOptions  # the loss's options, as learner.update takes them
     stop: StopSignal
     sync_check: SyncCheck  # after every push: does the engine compute what the learner computes?
+    think_prompts: int  # prompts whose template left a thinking block open or closed at their end
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg  # (start() replaces it with the resolved one: every `auto` a value)
@@ -148,6 +150,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
     # the token ids the engine and learner will see
     loaded = prompts.load(cfg, model_path, verbose=distributed.is_main())
     train_set, run.eval_set, task_verifier, max_model_len, run.dropped = loaded
+    run.think_prompts = sum(e.think is not thinking.State.ABSENT for e in train_set + run.eval_set)  # rlvr.thinking
     if resume_from is None and checkpoint.latest(out) is not None:  # trainer.resume=never over an earlier run
         raise ConfigError(
             f"trainer.resume=never, but {out} already holds checkpoints (newest: {checkpoint.latest(out)}) that this run "
@@ -252,6 +255,18 @@ def pi_old_from_engine(cfg: Config, learner_precision: str) -> bool:
     if cfg.algo.pi_old is PiOld.auto:
         return r.dtype in ("float32", "float") and learner_precision == "float32" and r.top_p == 1.0
     return cfg.algo.pi_old is PiOld.engine
+
+
+def note_unused_think_tags(run: Run, step_metrics: dict[str, float]) -> None:
+    """After step 1: one note when the run expected thinking but nothing thought (rlvr.thinking.unused_tags_note)."""
+    r = run.cfg.reward
+    tags = (r.think_tags[0], r.think_tags[1])
+    vocab: dict[str, int] = getattr(run.engine.tokenizer, "get_added_vocab", dict)()
+    expected = r.think is ThinkMode.auto and (tags != thinking.DEFAULT_TAGS or tags[0] in vocab)
+    note = thinking.unused_tags_note(tags, expected=expected, prompts_with_blocks=run.think_prompts,
+                                     think_mean=step_metrics.get("response_length/think_mean", 0.0))  # fmt: skip
+    if note is not None:
+        run.logger.note(note)
 
 
 def warn_if_unreadable(where: str, no_answer_frac: float, rows: list[dict[str, Any]]) -> None:

@@ -24,6 +24,7 @@ No torch, no vLLM: the rewarder's workers and the report can import it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import NamedTuple
 
 
@@ -84,3 +85,37 @@ def split(text: str, state: State, tags: tuple[str, str], opened_at: tuple[int, 
 def answer_text(text: str, state: State, tags: tuple[str, str], mode_auto: bool, opened_at: tuple[int, ...] = ()) -> Split:
     """What the verifier reads: `split` with reward.think=auto; the whole text (no thoughts) with off."""
     return split(text, state, tags, opened_at) if mode_auto else Split(None, text)
+
+
+def think_tokens(ids: list[int], thoughts: str | None, decode: Callable[[list[int]], str]) -> int:
+    """How many of the model's tokens `ids` wrote the thoughts: the fewest whose text covers them (binary search on the
+    decoded length; `decode` skips special tokens, as the engine's text does)."""
+    if not thoughts:
+        return 0
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(decode(ids[:mid])) >= len(thoughts):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def length_metrics(prefix: str, answers: list[tuple[list[int], Split]], decode: Callable[[list[int]], str]) -> dict[str, float]:
+    """`{prefix}think_mean` and `{prefix}answer_mean`: the model's tokens per answer spent thinking and answering, from
+    each answer's own token ids (tool outputs left out) and its split (an unclosed block is all thoughts; an answer that
+    did not think, all answer)."""
+    think = [len(ids) if split.unclosed else think_tokens(ids, split.thoughts, decode) for ids, split in answers]
+    n = max(len(answers), 1)
+    return {f"{prefix}think_mean": sum(think) / n, f"{prefix}answer_mean": sum(len(ids) - k for (ids, _), k in zip(answers, think)) / n}
+
+
+def unused_tags_note(tags: tuple[str, str], *, expected: bool, prompts_with_blocks: int, think_mean: float) -> str | None:
+    """The one note a run gets when it expected thinking (reward.think_tags set by hand, or a tokenizer that has the
+    open tag as a token of its own) but neither its prompts nor its first step's answers hold a block: the tags may be
+    wrong for this model. None otherwise (most runs: a model that does not think, and no tags asked for)."""
+    if not expected or prompts_with_blocks or think_mean > 0:
+        return None
+    return (f"reward.think=auto: no prompt and no answer of step 1 holds a {tags[0]}...{tags[1]} block, so every answer is "
+            f"graded whole; if this model thinks in other tags, set reward.think_tags")

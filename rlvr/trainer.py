@@ -20,7 +20,7 @@ from rlvr.collect import collect, mean_dicts
 from rlvr.config import Config
 from rlvr.run_state import RunStopped, save_checkpoint
 from rlvr.runs import FINAL_STEP_FILE
-from rlvr.startup import start, warn_if_unreadable
+from rlvr.startup import note_unused_think_tags, start, warn_if_unreadable
 
 # the largest |learner - engine| logprob gap (nats, any response token) at which pi_old may still come from the engine:
 # a ratio error of 0.1%, 1/200 of the clip range; fp32 engine and learner differ by ~1e-5 on the built-in model
@@ -49,6 +49,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
                 metrics["data/solved_prompts"] = stream.mastered()
             if step == 1:
                 warn_if_unreadable("step 1 (sampled)", metrics["reward/no_answer_frac"], train_samples)
+                note_unused_think_tags(run, metrics)  # one note, where thinking was expected and nothing thought
             if cfg.logger.samples_every and step % cfg.logger.samples_every == 0:
                 logger.samples(train_samples)
             t_rollout = time.perf_counter()

@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from rlvr.thinking import State
+
 
 @dataclass(frozen=True)
 class Example:
@@ -17,6 +19,7 @@ class Example:
     messages: tuple[dict[str, str], ...] | None = None  # a chat row's own messages ({role, content}), else None
     prompt_ids: tuple[int, ...] = ()  # the token ids the engine sees and the learner trains on
     gold: str | None = None  # the answer as a person reads it, where `answer` is a record for the verifier (gym); None = answer
+    think: State = State.ABSENT  # where its completions start: inside a <think> block the prompt opened, or not (rlvr.thinking)
 
     @property
     def shown_answer(self) -> str:
@@ -53,6 +56,12 @@ class Completion:
     from_model: list[bool] | None = None  # [len(token_ids)]: True where the engine sampled the token; None = all
     calls: tuple[ToolCall, ...] = ()  # the answer's tool calls, in order
     hit_max_turns: bool = False  # it asked for one more call than rollout.max_turns allows, and ended there
+    think_opened_at: tuple[int, ...] = ()  # places in `text` where a tool frame opened a <think> block (rlvr.thinking)
+
+    @property
+    def model_ids(self) -> list[int]:
+        """The ids the model wrote (tool outputs left out)."""
+        return self.token_ids if self.from_model is None else [t for t, m in zip(self.token_ids, self.from_model) if m]
 
     @property
     def generated(self) -> int:

@@ -131,7 +131,12 @@ class FakeEngine:
 class FakeRewarder:
     details = ("passed", "wrong_answer")  # a verifier that names why (as the code verifier's judge does)
 
-    def judge(self, texts, answers):
+    def grade(self, completions, states):
+        from rlvr.thinking import Split
+
+        return [Split(None, c.text) for c in completions]  # nothing thinks here
+
+    def judge(self, texts, answers, thoughts=None):
         from rlvr.verifiers import Outcome
 
         right = [t == a for t, a in zip(texts, answers)]

@@ -229,3 +229,34 @@ def test_smollm2_calls_a_function_tool_token_exactly_through_the_cli(rlvr_cli, t
     report = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert report["metrics"]["eval/accuracy"] == rows[-1]["eval/accuracy"]
     assert report["metrics"]["eval/tool_calls_per_answer"] == rows[-1]["eval/tool_calls_per_answer"]
+
+
+@pytest.mark.slow
+@pytest.mark.real
+@pytest.mark.parametrize("mode", ["qwen3_thinking_off", "r1_opened"])
+def test_smollm2_with_a_thinking_template_through_the_cli(rlvr_cli, tmp_path, sums_file, mode):
+    """Issue 49's offline check: SmolLM2 rendered through a thinking template of the tests (tests/fixtures/templates).
+    Qwen3-like with enable_thinking=false: every prompt ends in the closed empty block and answers are graded whole;
+    R1-like: the prompt opens the block, SmolLM2 never closes it, so its answers have no answer (a box it writes is a
+    thought) and the samples show them as thoughts. Both runs train a step."""
+    templates = Path(__file__).parent / "fixtures" / "templates"
+    extra = ([f"model.chat_template={templates / 'qwen3_like.jinja'}", "data.chat_template_kwargs={enable_thinking: false}"]
+             if mode == "qwen3_thinking_off" else [f"model.chat_template={templates / 'r1_like.jinja'}"])  # fmt: skip
+    out = tmp_path / mode
+    result = rlvr_cli("train", "model=smollm2_135m", "data=file", f"data.path={sums_file}", "reward.verifier=math",
+                      "recipe=grpo", "algo.prompts_per_step=4", "algo.prompts_per_minibatch=4", "trainer.max_steps=1",
+                      "trainer.eval_every=0", "data.eval_size=8", "rollout.max_new_tokens=48", "logger.samples_every=1",
+                      "logger.progress=false", *extra, f"trainer.output_dir={out}", cwd=tmp_path, timeout=1500)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and rows[1]["actor/updates"] >= 1
+    train = [s for s in map(json.loads, (out / "samples.jsonl").read_text().splitlines()) if s["kind"] == "train"]
+    if mode == "qwen3_thinking_off":
+        assert all(s["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") for s in train)
+        assert rows[1]["reward/unclosed_think_frac"] == 0 and rows[0]["eval/unclosed_think_frac"] == 0
+        assert all("thoughts" not in s for s in train)
+    else:
+        assert all(s["prompt"].endswith("<|Assistant|><think>\n") for s in train)
+        unclosed = [s for s in train if s["answer_text"] is None]
+        assert rows[1]["reward/unclosed_think_frac"] >= 0.9 and len(unclosed) >= 0.9 * len(train)
+        assert all(s["outcome"] == "no_answer" and s["thoughts"] for s in unclosed)

@@ -28,7 +28,7 @@ def test_verifier_terms_and_overlong_shaping_add_up():
     try:
         # max_len 8, buffer 0.2 * 8 = 1.6: 7 tokens is inside the buffer, 8 is at the limit
         batch = [completion("46", 3), completion("45", 7), completion("x", 8)]
-        rewards, correct, m, _ = rewarder.score(batch, ["46", "46", "46"])
+        rewards, correct, m, _, _ = rewarder.score(batch, ["46", "46", "46"])
     finally:
         rewarder.close()
     length_term = torch.tensor([1.0, 1.0, 1 / 2])  # user_rewards.length_score: 1 / (1 + |len diff|)
@@ -91,7 +91,7 @@ def test_a_verifier_that_gives_up_is_scored_by_reward_timed_out_and_counted(time
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
     try:
         batch = [completion(text, 2) for text in ("7", "slow", "8", "slow")]
-        rewards, correct, m, results = rewarder.score(batch, ["7"] * 4)
+        rewards, correct, m, results, _ = rewarder.score(batch, ["7"] * 4)
     finally:
         rewarder.close()
     assert results == [Outcome.CORRECT, Outcome.TIMEOUT, Outcome.INCORRECT, Outcome.TIMEOUT]
@@ -107,7 +107,7 @@ def test_a_pool_timeout_is_a_timeout_counted_once():
                    "reward.no_answer=-2.0", "reward.timed_out=-0.25")  # fmt: skip
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
     try:
-        rewards, _, m, results = rewarder.score([completion("hang", 2), completion("7", 2)], ["hang", "7"])
+        rewards, _, m, results, _ = rewarder.score([completion("hang", 2), completion("7", 2)], ["hang", "7"])
     finally:
         rewarder.close()
     assert results == [Outcome.TIMEOUT, Outcome.CORRECT] and rewards.tolist() == [-0.25, 1.0]

@@ -321,7 +321,7 @@ def test_rewarder_scores_code_and_counts_each_detail():
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
     try:
         texts = [fenced("def add(a, b):\n    return a + b"), fenced("def add(a, b)\n"), "no code", fenced("def add(a, b): return 3")]
-        rewards, correct, m, results = rewarder.score([completion(t) for t in texts], [ADD] * 4)
+        rewards, correct, m, results, _ = rewarder.score([completion(t) for t in texts], [ADD] * 4)
     finally:
         rewarder.close()
     assert rewards.tolist() == [1.0, -1.0, -2.0, -1.0]
@@ -370,7 +370,7 @@ def test_evaluation_splits_eval_by_the_code_verifiers_details():
 def test_partial_credit_is_the_share_of_tests_passed():
     cfg = make_cfg("reward.verifier=code", "reward.workers=0", "reward.partial=true")
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=8, task_verifier=VerifierName.arithmetic)
-    rewards, correct, _, _ = rewarder.score([completion(fenced("def add(a, b): return 3")),
+    rewards, correct, _, _, _ = rewarder.score([completion(fenced("def add(a, b): return 3")),
                                              completion(fenced("def add(a, b): return a + b"))], [ADD, ADD])  # fmt: skip
     assert rewards.tolist() == pytest.approx([1 / 3, 1.0]) and correct.tolist() == [0.0, 1.0]
 

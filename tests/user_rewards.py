@@ -72,3 +72,9 @@ def warm_up() -> None:
 def fake_verifier_needs_warm_up(completion: str, answer: str) -> Outcome:
     """A fake verifier that is CORRECT only in a process whose `warm_up` ran before it."""
     return Outcome.CORRECT if _warmed_up else Outcome.INCORRECT
+
+
+def thoughtful(completion: str, answer: str, thoughts: str | None = None) -> float:
+    """A reward function that asks for a thinking answer's thoughts (rlvr.rewards passes them): 1 + len(thoughts) / 100
+    for a right answer, 0 otherwise."""
+    return (1.0 + len(thoughts or "") / 100) if completion.strip() == answer.strip() else 0.0

@@ -25,6 +25,7 @@ function named by import path is the user's own code and runs with the user's ri
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import multiprocessing as mp
@@ -73,6 +74,17 @@ def load_function(path: str) -> Callable:
     return obj
 
 
+@functools.cache
+def _loaded(path: str) -> Callable:
+    return load_function(path)
+
+
+def call_with_thoughts(path: str, completion: str, answer: str, thoughts: str | None) -> object:
+    """The user's function at `path` called as fn(completion, answer, thoughts=thoughts): a reward function with a
+    `thoughts` parameter gets a thinking answer's thoughts beside the answer it is graded on (rlvr.rewards)."""
+    return _loaded(path)(completion, answer, thoughts=thoughts)
+
+
 def _checked(value: object) -> Scored:
     """An Outcome, a Verdict, or a finite number as float; TypeError for anything else."""
     if isinstance(value, Outcome):
@@ -107,9 +119,9 @@ def _worker_main(conn: Connection, fn_spec: str | bytes) -> None:
             return
         if chunk is None:
             return
-        for index, completion, answer in chunk:
+        for index, *args in chunk:  # (completion, answer), or with a third item (call_with_thoughts)
             try:
-                conn.send((index, _checked(fn(completion, answer)), None))
+                conn.send((index, _checked(fn(*args)), None))
             except BaseException as e:  # noqa: B036 - a reward function's sys.exit is its error too
                 conn.send((index, None, _describe(e)))
 
@@ -131,6 +143,7 @@ class VerifierPool:
     def __init__(self, fn: Callable | str, *, workers: int, timeout_s: float):
         if workers < 0 or timeout_s <= 0:
             raise ValueError(f"VerifierPool needs workers >= 0 and timeout_s > 0, got {workers}, {timeout_s}")
+        self.fn = fn  # as given: an import path or a callable
         self._fn = load_function(fn) if isinstance(fn, str) else fn  # a bad path fails here, in the parent
         if workers > 0:
             try:
@@ -177,11 +190,12 @@ class VerifierPool:
             self._kill(w)
         self._workers = []
 
-    def score(self, pairs: list[tuple[str, str]]) -> tuple[list[Scored], PoolStats]:
-        """One result per (completion, answer) pair, in order, and the batch's timeout / error counts."""
+    def score(self, pairs: list[tuple[str, ...]]) -> tuple[list[Scored], PoolStats]:
+        """One result per (completion, answer) pair, in order, and the batch's timeout / error counts. (A sample may carry
+        a third item for `fn`: the thoughts, for call_with_thoughts.)"""
         stats = PoolStats()
         if self._n_workers == 0:
-            return [self._call_here(c, a, stats) for c, a in pairs], stats
+            return [self._call_here(stats, *pair) for pair in pairs], stats
         self.start()
         results: list[Scored | None] = [None] * len(pairs)
         queue = deque(range(len(pairs)))
@@ -205,9 +219,9 @@ class VerifierPool:
                 self._retire(w, queue, results, stats, timed_out=w not in dead)
         return [r for r in results if r is not None], stats
 
-    def _call_here(self, completion: str, answer: str, stats: PoolStats) -> Scored:
+    def _call_here(self, stats: PoolStats, *args: str) -> Scored:
         try:
-            return _checked(self._fn(completion, answer))
+            return _checked(self._fn(*args))
         except Exception:
             stats.errors += 1
             return Outcome.NO_ANSWER
