@@ -174,7 +174,11 @@ def response_logprobs(
     rows, cols = batch.response_mask[:, :t].bool().nonzero(as_tuple=True)  # [M] each: the response tokens
     positions = batch.response_index[rows, cols] - first  # [M] their predicting positions among the kept ones
     targets = batch.response_ids[rows, cols]  # [M]
-    inputs = dict(input_ids=batch.input_ids[:, :width], attention_mask=batch.attention_mask[:, :width], logits_to_keep=keep)
+    # No attention mask: rows are right-padded, so under the causal mask a real token never sees a pad, and positions
+    # count from 0 on every row. Given one, transformers builds a [rows, 1, L, L] mask that attention keeps for the
+    # backward in every layer (quadratic in L: ~15 GiB for two 8k rows of SmolLM2-135M, docs/measured/long_thinking.md)
+    # and takes attention's math path; without it, attention runs causal (flash on GPU and CPU), linear in L.
+    inputs = dict(input_ids=batch.input_ids[:, :width], logits_to_keep=keep)
     if plain_head:
         head = model.get_output_embeddings()
         out: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}

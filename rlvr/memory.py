@@ -45,6 +45,7 @@ class ModelShape:
     tied_embeddings: bool
     qkv_bias: bool
     dtype: str = "float32"  # config.json's torch_dtype: what the model's files are stored in (the final export's)
+    context: int | None = None  # max_position_embeddings: the longest row (prompt + response) the model takes
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ModelShape:
@@ -61,6 +62,7 @@ class ModelShape:
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             qkv_bias=bool(config.get("attention_bias", False)) or config.get("model_type") == "qwen2",
             dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
+            context=int(config["max_position_embeddings"]) if config.get("max_position_embeddings") else None,
         )
 
     @property
@@ -104,13 +106,26 @@ class ModelShape:
         return self.num_layers * rank * ((h + q) * 2 + (h + kv) * 2 + (h + i) * 3)
 
 
+def context_problem(context: int | None, max_prompt_tokens: int, max_new_tokens: int) -> str | None:
+    """Why a row cannot fit a model's context of `context` tokens (None: it can, or the context is not known):
+    rollout.max_new_tokens leaves no room for a prompt, or data.max_prompt_tokens + rollout.max_new_tokens is over it
+    (the engine would cut responses short). Start-up (rlvr.prompts) and `rlvr plan` ask the same."""
+    if context is None or (max_new_tokens < context and max_prompt_tokens + max_new_tokens <= context):
+        return None
+    room = context - max_prompt_tokens if max_prompt_tokens else context - 1
+    return (f"rollout.max_new_tokens={max_new_tokens} + data.max_prompt_tokens={max_prompt_tokens} is over the model's "
+            f"context of {context} tokens (max_position_embeddings): responses would be cut short or no prompt would "
+            f"fit; set rollout.max_new_tokens <= {max(room, 0)}, or a smaller data.max_prompt_tokens")
+
+
 def activation_bytes_per_token(
     shape: ModelShape, *, compute_bytes: int, checkpointing: bool, autocast: bool = False, seq_len: int = 0
 ) -> int:
     """Activation memory that backward keeps per token of a micro-batch, all layers and the final norm (SDPA: no
     [T, T] scores). `autocast`: bf16 compute by autocast over fp32 weights (a world of one), where the residual stream
     stays fp32 and each projection casts its own copy of its input; else the weights are in the compute dtype (fp32,
-    or FSDP2's bf16). `seq_len`: the padded row length, for the [rows, 1, L, L] attention mask all layers share.
+    or FSDP2's bf16). `seq_len`: the padded row length (no [rows, 1, L, L] attention mask is built: the learner
+    passes none for its right-padded rows, rlvr.lm_head, so attention runs causal and nothing grows with L^2).
 
     Per layer, the tensors autograd saves (counted in transformers 5's Llama and Qwen2 layers, scripts/measure_memory.py):
     each RMSNorm's fp32 input and normalized output; the inputs of q/k/v (one tensor, or three casts under autocast),
@@ -124,7 +139,7 @@ def activation_bytes_per_token(
     norms = 2 * (4 * h + r * h + 4)  # fp32 input, normalized output, 1 / rms
     inputs = 5 * b * h if autocast else 2 * r * h  # q/k/v and gate/up inputs
     per_layer = norms + inputs + b * q + b * i + b * (q + 2 * kv) + 4 * shape.num_heads + 3 * b * i
-    shared = (4 + r) * h + b * seq_len + 2 * 4 * shape.head_dim  # final norm, the mask's share, rotary cos/sin
+    shared = (4 + r) * h + 2 * 4 * shape.head_dim  # final norm, rotary cos/sin
     if checkpointing:
         return shape.num_layers * r * h + per_layer + shared
     return shape.num_layers * per_layer + shared

@@ -188,7 +188,8 @@ def plan(
         "host_gib_per_gpu": _gib(ranks_host // per_node),  # one rank's share, the export aside
         "params": shape.num_params,
         "settings": asdict(s),
-        "problems": world_problems(cfg, gpus),  # what would stop the run at start-up on that many ranks
+        # what would stop the run at start-up on that many ranks, or the model's context
+        "problems": world_problems(cfg, gpus) + [p for p in [memory.context_problem(shape.context, cfg.data.max_prompt_tokens, r.max_new_tokens)] if p],
         "suggestions": [],
     }
 

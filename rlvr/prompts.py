@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlvr import chat, console, function_tools, thinking
+from rlvr import chat, console, function_tools, memory, thinking
 from rlvr.config import Config, ConfigError, DataConfig, LongPrompts, PromptFormat, VerifierName
 from rlvr.types import Example
 
@@ -140,6 +140,9 @@ def prepare(
     The budget is data.max_prompt_tokens, or else what the model's context leaves after rollout.max_new_tokens, so
     no prompt can fail inside the engine hours into a run.
     """
+    problem = memory.context_problem(context, cfg.max_prompt_tokens, max_new_tokens)
+    if problem:
+        raise ConfigError(problem)
     budget = cfg.max_prompt_tokens or context - max_new_tokens
     (train_set, train_dropped), (eval_set, eval_dropped) = (
         drop_long_prompts(render(examples, tokenizer, cfg, instruction, tools, max_calls=max_calls, think_tags=think_tags),

@@ -1,7 +1,7 @@
 """Benchmark the learner's update phase: step time and peak memory per rank, for world sizes 1 and 2.
 
     python scripts/bench_learner.py [--models tiny 135m] [--worlds 1 2] [--micro-batch-rows 8] [--out bench-learner.json]
-        [--json] [--smoke] [--micro-batch-tokens auto] [--precision auto] [--activation-checkpointing auto] [--lora-rank 0]
+        [--json] [--smoke] [--micro-batch-tokens auto] [--precision auto] [--activation-checkpointing auto] [--lora-rank 0] [--pad 0]
 
 The script is its own launcher. For each (model, world size), one after another (never two at once: the
 ranks of two measurements would share the cores and every number would be wrong), it runs
@@ -131,14 +131,16 @@ def build_random_llama(folder: Path, **overrides: object) -> Path:
     return folder
 
 
-def synthetic_batch(rows: int, prompt_len: int, response_len: int, vocab_size: int, seed: int = 0) -> RolloutBatch:
-    """`rows` completions of exactly prompt_len + response_len random token ids (no padding)."""
+def synthetic_batch(rows: int, prompt_len: int, response_len: int, vocab_size: int, seed: int = 0, pad: int = 0) -> RolloutBatch:
+    """`rows` completions of exactly prompt_len + response_len random token ids (no padding); with `pad`, the last
+    row's response is `pad` tokens shorter (right-padded: rows of two lengths in one micro-batch)."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, vocab_size, (rows, prompt_len + response_len), generator=g)  # [N, P + T]
+    lengths = [response_len] * (rows - 1) + [response_len - pad]
     completions = [
-        Completion(prompt_ids=row[:prompt_len], token_ids=row[prompt_len:], text="", finish_reason="length",
-                   engine_logprobs=[0.0] * response_len)  # fmt: skip
-        for row in ids.tolist()
+        Completion(prompt_ids=row[:prompt_len], token_ids=row[prompt_len : prompt_len + n], text="", finish_reason="length",
+                   engine_logprobs=[0.0] * n)  # fmt: skip
+        for row, n in zip(ids.tolist(), lengths)
     ]
     rewards = [float(i % 2) for i in range(rows)]
     return RolloutBatch.from_completions(completions, rewards, [r > 0 for r in rewards], pad_id=0)
@@ -179,6 +181,7 @@ def measure(
     precision: str = "auto",
     activation_checkpointing: str = "auto",
     lora_rank: int = 0,
+    pad: int = 0,
 ) -> dict:
     """Build a Learner on `model_path` as rlvr train builds one (learner_overrides), time its logprobs and updates on a
     synthetic batch; this rank's numbers."""
@@ -197,7 +200,7 @@ def measure(
     mem_after_build = torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else rss_mib()
     max_rss_after_build = max_rss_mib()
     vocab_size = learner.model.config.vocab_size
-    batch = synthetic_batch(rows, prompt_len, response_len, vocab_size)
+    batch = synthetic_batch(rows, prompt_len, response_len, vocab_size, pad=pad)
     advantages = torch.randn(rows, generator=torch.Generator().manual_seed(1))  # [N]
     mask = batch.response_mask  # [N, T]
     options = loss_options(cfg)
@@ -223,6 +226,7 @@ def measure(
         "rows": rows,
         "prompt_len": prompt_len,
         "response_len": response_len,
+        "pad": pad,
         **used_settings(cfg),
         "sharded": learner.sharded,
         "build_s": build_s,
@@ -264,6 +268,7 @@ def worker(args: argparse.Namespace) -> None:
         args.model_path, rows=args.rows, prompt_len=args.prompt_len, response_len=args.response_len,
         micro_batch_rows=args.micro_batch_rows, warmup=args.warmup, steps=args.steps, micro_batch_tokens=args.micro_batch_tokens,
         precision=args.precision, activation_checkpointing=args.activation_checkpointing, lora_rank=args.lora_rank,
+        pad=args.pad,
     )  # fmt: skip
     Path(args.result_dir, f"rank{result['rank']}.json").write_text(json.dumps(result, indent=1))
     from rlvr import distributed
@@ -284,7 +289,7 @@ def launch(model: str, model_path: str, world: int, args: argparse.Namespace, tm
         "--response-len", str(response_len), "--micro-batch-rows", str(args.micro_batch_rows), "--warmup", str(args.warmup),
         "--steps", str(args.steps), "--threads-per-rank", str(per_rank), "--precision", args.precision,
         "--micro-batch-tokens", args.micro_batch_tokens, "--activation-checkpointing", args.activation_checkpointing,
-        "--lora-rank", str(args.lora_rank),
+        "--lora-rank", str(args.lora_rank), "--pad", str(args.pad),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(per_rank)}  # torchrun would otherwise force 1 thread per rank
     subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)  # the workers' chatter to stderr: stdout is the table
@@ -615,6 +620,7 @@ def main() -> None:
     ap.add_argument("--activation-checkpointing", nargs="?", const="true", default="auto", choices=["auto", "true", "false"],
                     help="trainer.activation_checkpointing (auto: as rlvr train resolves it; the bare flag: true)")
     ap.add_argument("--lora-rank", type=int, default=0, help="train a LoRA adapter of this rank on every linear layer (0: every weight)")
+    ap.add_argument("--pad", type=int, default=0, help="the last row's response this many tokens shorter (padding in a micro-batch)")
     ap.add_argument("--out", help="write every rank's numbers here (JSON)")
     ap.add_argument("--realistic", action="store_true", help="rlvr's Learner against the naive implementation on a realistic batch")
     ap.add_argument("--json", action="store_true", help="the last line of stdout: one JSON object")

@@ -84,8 +84,10 @@ def test_activations_per_token_by_hand():
     # bf16 weights (FSDP2): norms keep an fp32 copy of their input and a bf16 output; everything else in 2 bytes
     bf16_layer = 2 * (4 * h + 2 * h + 4) + 2 * 2 * h + 2 * q + 2 * i + 3 * 2 * q + 4 * heads + 3 * 2 * i
     assert activation_bytes_per_token(s, compute_bytes=2, checkpointing=False, seq_len=1024) == (
-        layers * bf16_layer + (4 + 2) * h + 2 * 1024 + 2 * 4 * 64  # + the mask's share: one row of it, 2 bytes a column
+        layers * bf16_layer + (4 + 2) * h + 2 * 4 * 64  # no attention mask: the learner passes none (rlvr.lm_head)
     )
+    assert activation_bytes_per_token(s, compute_bytes=2, checkpointing=False, seq_len=32768) == activation_bytes_per_token(
+        s, compute_bytes=2, checkpointing=False, seq_len=1024)  # nothing per token grows with the row's length
     # autocast over fp32 weights: the residual stream stays fp32 and q, k, v, gate, up each cast their own input
     auto_layer = 2 * (8 * h + 4) + 5 * 2 * h + 2 * q + 2 * i + 3 * 2 * q + 4 * heads + 3 * 2 * i
     assert (

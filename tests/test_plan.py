@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rlvr import plan
 from rlvr.memory import GIB
 
@@ -261,3 +263,21 @@ def test_the_readme_gpu_commands_keep_a_10_percent_margin(capsys):
     # the LoRA run: checkpointed, 21 rows of 1,536 tokens; the adapter's activations one layer's (recomputed per layer)
     assert lora["settings"]["activation_checkpointing"] is True and lora["micro_batch"]["rows"] == 21
     assert lora["phases"]["learner"]["total_gib"] < 0.6 * 72
+
+
+def test_a_row_over_the_models_context_is_a_problem_at_start_up_and_in_the_plan():
+    """rollout.max_new_tokens + data.max_prompt_tokens over max_position_embeddings: responses would be cut short (or,
+    with no prompt budget, no prompt would fit); start-up (rlvr.prompts) and rlvr plan say so alike."""
+    from rlvr.memory import context_problem
+
+    assert context_problem(32768, 1024, 31744) is None and context_problem(None, 1024, 10**6) is None
+    message = context_problem(32768, 1024, 32768)
+    assert message is not None and "context of 32768" in message and "rollout.max_new_tokens <= 31744" in message
+    assert "rollout.max_new_tokens <= 32767" in (context_problem(32768, 0, 32768) or "")
+    from test_prompts import EXAMPLES, data_cfg, tokenizer
+
+    from rlvr.config import ConfigError
+    from rlvr.prompts import prepare
+
+    with pytest.raises(ConfigError, match="over the model's context of 64 tokens"):
+        prepare(EXAMPLES, EXAMPLES, tokenizer(chat=False), 64, data_cfg(max_prompt_tokens=16), 56, verbose=False)
