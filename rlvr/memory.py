@@ -106,16 +106,14 @@ class ModelShape:
         return self.num_layers * rank * ((h + q) * 2 + (h + kv) * 2 + (h + i) * 3)
 
 
-def context_problem(context: int | None, max_prompt_tokens: int, max_new_tokens: int) -> str | None:
-    """Why a row cannot fit a model's context of `context` tokens (None: it can, or the context is not known):
-    rollout.max_new_tokens leaves no room for a prompt, or data.max_prompt_tokens + rollout.max_new_tokens is over it
-    (the engine would cut responses short). Start-up (rlvr.prompts) and `rlvr plan` ask the same."""
-    if context is None or (max_new_tokens < context and max_prompt_tokens + max_new_tokens <= context):
+def context_problem(context: int | None, max_new_tokens: int) -> str | None:
+    """Why no row fits a model's context of `context` tokens (None: one can, or the context is not known):
+    rollout.max_new_tokens leaves no room for a prompt. Start-up (rlvr.prompts) and `rlvr plan` ask the same."""
+    if context is None or max_new_tokens < context:
         return None
-    room = context - max_prompt_tokens if max_prompt_tokens else context - 1
-    return (f"rollout.max_new_tokens={max_new_tokens} + data.max_prompt_tokens={max_prompt_tokens} is over the model's "
-            f"context of {context} tokens (max_position_embeddings): responses would be cut short or no prompt would "
-            f"fit; set rollout.max_new_tokens <= {max(room, 0)}, or a smaller data.max_prompt_tokens")
+    return (f"rollout.max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's context of {context} "
+            f"tokens (max_position_embeddings); set rollout.max_new_tokens to the context less the prompts' length, "
+            f"e.g. {max(context - 1024, context // 2)}")
 
 
 def activation_bytes_per_token(

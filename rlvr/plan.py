@@ -189,7 +189,7 @@ def plan(
         "params": shape.num_params,
         "settings": asdict(s),
         # what would stop the run at start-up on that many ranks, or the model's context
-        "problems": world_problems(cfg, gpus) + [p for p in [memory.context_problem(shape.context, cfg.data.max_prompt_tokens, r.max_new_tokens)] if p],
+        "problems": world_problems(cfg, gpus) + [p for p in [memory.context_problem(shape.context, r.max_new_tokens)] if p],
         "suggestions": [],
     }
 

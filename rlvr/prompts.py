@@ -137,13 +137,14 @@ def prepare(
     """Render both sets, then drop (or reject) prompts over the budget; return the sets, the engine's max_model_len
     and the counts dropped.
 
-    The budget is data.max_prompt_tokens, or else what the model's context leaves after rollout.max_new_tokens, so
-    no prompt can fail inside the engine hours into a run.
+    The budget is data.max_prompt_tokens, and at most what the model's context leaves after rollout.max_new_tokens, so
+    no prompt can fail inside the engine hours into a run, nor have its response cut short by the context.
     """
-    problem = memory.context_problem(context, cfg.max_prompt_tokens, max_new_tokens)
+    problem = memory.context_problem(context, max_new_tokens)
     if problem:
         raise ConfigError(problem)
-    budget = cfg.max_prompt_tokens or context - max_new_tokens
+    # a budget over what the context leaves would let the engine cut those prompts' responses short: the smaller one
+    budget = min(cfg.max_prompt_tokens or context, context - max_new_tokens)
     (train_set, train_dropped), (eval_set, eval_dropped) = (
         drop_long_prompts(render(examples, tokenizer, cfg, instruction, tools, max_calls=max_calls, think_tags=think_tags),
                           budget, cfg.long_prompts)  # fmt: skip

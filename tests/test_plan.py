@@ -12,6 +12,7 @@ import pytest
 
 from rlvr import plan
 from rlvr.memory import GIB
+from rlvr.types import Example
 
 FIXTURES = Path(__file__).parent / "fixtures"
 Q7B = f"model.path={FIXTURES / 'qwen2.5-7b.json'}"
@@ -265,19 +266,22 @@ def test_the_readme_gpu_commands_keep_a_10_percent_margin(capsys):
     assert lora["phases"]["learner"]["total_gib"] < 0.6 * 72
 
 
-def test_a_row_over_the_models_context_is_a_problem_at_start_up_and_in_the_plan():
-    """rollout.max_new_tokens + data.max_prompt_tokens over max_position_embeddings: responses would be cut short (or,
-    with no prompt budget, no prompt would fit); start-up (rlvr.prompts) and rlvr plan say so alike."""
+def test_a_response_budget_that_leaves_no_room_for_a_prompt_is_a_problem_at_start_up_and_in_the_plan():
+    """rollout.max_new_tokens at or over max_position_embeddings: no prompt would fit; start-up (rlvr.prompts) and rlvr
+    plan say so alike. A prompt budget over what the context leaves is cut to it (those prompts are dropped, counted)."""
     from rlvr.memory import context_problem
 
-    assert context_problem(32768, 1024, 31744) is None and context_problem(None, 1024, 10**6) is None
-    message = context_problem(32768, 1024, 32768)
-    assert message is not None and "context of 32768" in message and "rollout.max_new_tokens <= 31744" in message
-    assert "rollout.max_new_tokens <= 32767" in (context_problem(32768, 0, 32768) or "")
+    assert context_problem(32768, 31744) is None and context_problem(None, 10**6) is None
+    message = context_problem(32768, 32768)
+    assert message is not None and "no room for a prompt in the model's context of 32768" in message and "e.g. 31744" in message
     from test_prompts import EXAMPLES, data_cfg, tokenizer
 
     from rlvr.config import ConfigError
     from rlvr.prompts import prepare
 
-    with pytest.raises(ConfigError, match="over the model's context of 64 tokens"):
-        prepare(EXAMPLES, EXAMPLES, tokenizer(chat=False), 64, data_cfg(max_prompt_tokens=16), 56, verbose=False)
+    with pytest.raises(ConfigError, match="rollout.max_new_tokens=64 leaves no room for a prompt in the model's context of 64"):
+        prepare(EXAMPLES, EXAMPLES, tokenizer(chat=False), 64, data_cfg(max_prompt_tokens=16), 64, verbose=False)
+    long = Example("long", "9" * 40, "1")  # 40 tokens: within data.max_prompt_tokens=512, not within 64 - 32
+    train, _, max_model_len, dropped = prepare([*EXAMPLES, long], EXAMPLES, tokenizer(chat=False), 64,
+                                               data_cfg(max_prompt_tokens=512), 32, verbose=False)  # fmt: skip
+    assert [e.id for e in train] == [e.id for e in EXAMPLES] and dropped["data/dropped_train_prompts"] == 1
