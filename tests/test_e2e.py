@@ -55,7 +55,9 @@ def sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
 
     root = tmp_path_factory.mktemp("runs")
     folder = root / "sweep"
-    result = run_rlvr("train", "-m", f"recipe={','.join(RECIPES)}", *FAST, f"hydra.sweep.dir={folder}", cwd=root, timeout=1200)
+    # 16 prompts a step (4 mini-batches of 4: several updates, the clip live), a quarter of the recipes' 64
+    result = run_rlvr("train", "-m", f"recipe={','.join(RECIPES)}", *FAST, "algo.prompts_per_step=16", f"hydra.sweep.dir={folder}",
+                      cwd=root, timeout=1200)  # fmt: skip
     return result, folder
 
 
@@ -197,6 +199,9 @@ def test_wandb_offline_run_has_the_metrics(grpo_epochs_wandb):
     assert config["algo"]["epochs"] == 2  # the run's own overrides, not the recipe's defaults
 
 
+# two CLI runs, one under torchrun (~25-35 s): make test-slow; make test keeps the learner's 1 vs 2 ranks
+# (tests/test_learner_dist.py) and the loss's world-size scaling (tests/test_algo_dist.py)
+@pytest.mark.slow
 def test_torchrun_two_ranks_match_one_rank(rlvr_cli, tmp_path):
     """`torchrun --nproc_per_node=2`: two FSDP2 ranks, each with its own vLLM engine sampling half the prompts.
     Per-prompt seeds make the samples those of the one-process run, so the first step's rewards are identical. Both

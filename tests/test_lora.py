@@ -212,6 +212,8 @@ def _cli(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_rlvr(*cmd, cwd=out.parent, timeout=900)
 
 
+# ~20-35 s of CLI runs: make test-slow (the LoRA update, sync and push are make test's: the tests above)
+@pytest.mark.slow
 def test_lora_run_resumes_exactly_and_its_model_loads(tmp_path):
     """GRPO with LoRA, its KL term against a reference refreshed every step (the adapter's snapshot, in the checkpoint):
     4 steps straight, and the same run resumed from its step-2 checkpoint (a copy, its step-4 checkpoint and model

@@ -142,6 +142,7 @@ def smol(tmp_path_factory):
         yield Path(path), cache
 
 
+@pytest.mark.slow  # the real GGUF conversion (~20-60 s): make test-slow, where the SmolLM2 runs need it anyway
 def test_conversion_writes_a_loadable_chat_model(smol, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 

@@ -136,6 +136,7 @@ def test_sigterm_finishes_the_step_and_writes_a_checkpoint(tmp_path):
     assert "trainer.resume=auto" in stderr
 
 
+@pytest.mark.slow  # a torchrun resume (~20-30 s): make test-slow; make test keeps the same-world resumes
 def test_resume_on_another_world_size(killed_during_a_save, tmp_path):
     """A world-of-one checkpoint (the run killed during its step-3 save) continues under `torchrun --nproc_per_node=2`:
     DCP reshards the state on load and the prompt stream goes on where it stopped (not bitwise: two engines and two

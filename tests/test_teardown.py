@@ -7,11 +7,13 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from warm_cli import warm
 
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow  # a 2-job sweep (~18 s): make test-slow
 def test_a_sweep_job_that_fails_after_its_engine_started_leaves_the_next_job_one_engine_and_one_pool(tmp_path) -> None:
     """The first job fails in wandb's own settings (WANDB_MODE=bogus: a pydantic error, not a config error) after its
     engine, learner and verifier workers started; the second job (logger=console) starts and finishes with one of each
