@@ -93,7 +93,7 @@ def collect(
     first_round: list[dict[str, Any]] = []
     sampled: list[Completion] = []  # every completion of every round (the tool and thinking metrics)
     splits: list[thinking.Split] = []  # what the verifier read of each, beside `sampled`
-    tools_s = engine.tool_seconds if isinstance(engine, multiturn.ToolSampler) else 0.0
+    tools_s = multiturn.tool_seconds(engine)
     for round_ in range(rounds):
         if len(kept) >= B or drawn >= rounds * B:
             break
@@ -165,9 +165,9 @@ def collect(
         "sampling/kept_groups": len(kept),
         "perf/generated_tokens": generated,
     }
-    if isinstance(engine, multiturn.ToolSampler):  # rollout.tools: calls per answer, failures, their time
+    if multiturn.uses_tools(engine):  # rollout.tools: calls per answer, failures, their time
         metrics.update(multiturn.metrics("tools/", sampled))
-        metrics["timing/tools_s"] = engine.tool_seconds - tools_s
+        metrics["timing/tools_s"] = multiturn.tool_seconds(engine) - tools_s
     if sizer.adaptive and estimate is not None:
         metrics["sampling/informative_frac_estimate"] = estimate
     for key in ("verifier/timeouts", "verifier/errors"):  # counts over all rounds, not means

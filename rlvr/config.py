@@ -1,5 +1,6 @@
 """The typed schema of a run: dataclasses (their option types are rlvr.choices'), and the cross-field checks.
-(~460 lines, one job: every key of the run and every check across keys, read in one place.)
+(~470 lines, one job: every key of the run and every check across keys, read in one place; the checks that depend
+on the number of ranks are rlvr.ranks'.)
 
 Every value comes from the recipe tree (`recipes/`); nothing here has a default, so a recipe
 that forgets a field fails at start-up instead of riding on a silent default.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.resources
-import math
 from dataclasses import MISSING as MISSING_FACTORY
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
@@ -481,48 +481,3 @@ def check(cfg: Config) -> None:
     if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:
         raise ConfigError(f"model.lora.rank must be >= 0 (0 = off), model.lora.alpha > 0 and model.lora.dropout in [0, 1), "
                           f"got {lora.rank}, {lora.alpha}, {lora.dropout}")  # fmt: skip
-
-
-def check_world(cfg: Config, world_size: int) -> None:
-    """The start-up checks that depend on the number of ranks (torchrun's world), before anything loads."""
-    problems = world_problems(cfg, world_size)
-    if problems:
-        raise ConfigError(problems[0])
-
-
-def world_problems(cfg: Config, world_size: int) -> list[str]:
-    """What stops a run on `world_size` ranks, each saying what to set (`rlvr plan` lists them before GPUs are rented):
-    the world splits into whole engines, every engine gets whole groups of an equal share of each round, and every
-    rank the same number of rows of each mini-batch (FSDP2's collectives run in lock-step)."""
-    a, tp = cfg.algo, cfg.rollout.tensor_parallel_size
-    if world_size % tp:
-        return [_engines_problem(tp, world_size)]
-    problems = []
-    engines = world_size // tp
-    if a.prompts_per_step % engines:
-        fit = -(-a.prompts_per_step // engines) * engines
-        problems.append(
-            f"with {world_size} ranks ({engines} engines), algo.prompts_per_step ({a.prompts_per_step}) must be a "
-            f"multiple of {engines}: each engine samples whole groups of an equal share; set algo.prompts_per_step={fit}"
-        )
-    rows = a.prompts_per_minibatch * a.group_size
-    if rows % world_size:
-        step = world_size // math.gcd(a.group_size, world_size)  # prompts per mini-batch must be a multiple of this
-        fit = -(-a.prompts_per_minibatch // step) * step
-        problems.append(
-            f"with {world_size} ranks, a mini-batch of algo.prompts_per_minibatch x algo.group_size = "
-            f"{a.prompts_per_minibatch} x {a.group_size} = {rows} rows does not split evenly over the ranks; set "
-            f"algo.prompts_per_minibatch={fit} (a multiple of {step}; algo.prompts_per_step must stay a multiple of it)"
-        )
-    return problems
-
-
-def check_engines(tensor_parallel_size: int, ranks: int) -> None:
-    """Each engine is tensor_parallel_size consecutive ranks: the world must split into whole engines."""
-    if ranks % tensor_parallel_size:
-        raise ConfigError(_engines_problem(tensor_parallel_size, ranks))
-
-
-def _engines_problem(tensor_parallel_size: int, ranks: int) -> str:
-    return (f"rollout.tensor_parallel_size ({tensor_parallel_size}) must divide the number of ranks ({ranks}); under a "
-            "world of one, set rollout.tensor_parallel_size=1 or launch with torchrun")  # fmt: skip

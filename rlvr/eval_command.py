@@ -12,9 +12,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlvr import console, gold
-from rlvr.config import GROUPS, ConfigError, check_engines, override_key, validate
+from rlvr.config import GROUPS, ConfigError, override_key, validate
 from rlvr.imports import heavy_imports
 from rlvr.models import is_builtin
+from rlvr.ranks import check_engines
 from rlvr.runs import final_step
 from rlvr.settings import AUTO, Settings
 

@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from rlvr import distributed, sample_log
+from rlvr import distributed, multiturn, sample_log
 from rlvr.config import Config
 from rlvr.metrics import split_lengths
-from rlvr.multiturn import Sampler
 from rlvr.rewards import Rewarder
 from rlvr.types import Completion, Example
 from rlvr.verifiers import Outcome
@@ -110,7 +109,7 @@ def summarize(
 
 
 def evaluate(
-    engine: Sampler, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int | None, *, every_row: bool = False
+    engine: multiturn.Sampler, examples: list[Example], rewarder: Rewarder, cfg: Config, step: int | None, *, every_row: bool = False
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """The eval/* metrics of `examples` (summarize), and sample records (rlvr.sample_log): with `every_row`, one per
     answer, greedy and sampled, in the set's order; else the first logger.num_samples greedy answers.
@@ -148,7 +147,7 @@ def evaluate(
         joined = [x for share in shares for x in share[key]]
         return [joined[i] for i in order]
 
-    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [], rewarder.details, tools=bool(r.tools))
+    metrics = summarize(in_order("greedy"), in_order("sampled") if e.n else [], rewarder.details, tools=multiturn.uses_tools(engine))
     if every_row:
         return metrics, [row for rows in in_order("rows") for row in rows]
     n = cfg.logger.num_samples
@@ -158,7 +157,7 @@ def evaluate(
 
 
 def _records(
-    step: int | None, examples: list[Example], flat: list[Completion], results: list[Result], n: int, engine: Sampler,
+    step: int | None, examples: list[Example], flat: list[Completion], results: list[Result], n: int, engine: multiturn.Sampler,
     rewarder: Rewarder,
 ) -> list[list[dict[str, Any]]]:
     """Per prompt: its greedy answer's record ("eval") and its n sampled answers' ("eval_sampled", with "sample")."""

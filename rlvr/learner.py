@@ -1,5 +1,7 @@
 """The policy (and, when the KL term is on, a frozen reference) and its optimizer: logprobs, the update, the weights
 out (to the engine, to a folder) and the sharded state in and out. Built from a run's config by Learner.from_config.
+(~470 lines, one job, the Learner class: its rooms, the head kernel (lm_head), the micro-batch plan (batching), the
+sharding (sharding) and the adapter (lora), are modules of their own; what is left is its update and what crosses it.)
 
 Every rank holds a shard of every parameter when the run is sharded (rlvr.sharding builds it: `fully_shard` per
 decoder layer and at the root; rlvr.settings.sharded decides; a world of one trains the plain module). Every rank is

@@ -1,4 +1,6 @@
-"""Memory arithmetic of a run, from the model's config.json alone: no torch, nothing loaded.
+"""Memory arithmetic of a run, from the model's config.json alone: no torch, nothing loaded. (~450 lines, one job:
+every byte a run holds on a GPU and a node, counted per tensor with its reason; the model's arithmetic and the run's
+phases share the same per-token and per-parameter figures, so they stay in one place.)
 
 Used by rlvr.settings (the token budget and activation checkpointing that `auto` resolves to on a GPU) and by
 `rlvr plan` (what each phase holds per GPU, and whether it fits). Bytes are per rank. A decoder-only transformer of

@@ -317,6 +317,17 @@ def sampler(engine: Engine, cfg: Config) -> Sampler:
                        think_tags=(cfg.reward.think_tags[0], cfg.reward.think_tags[1]))  # fmt: skip
 
 
+def uses_tools(sampler: Sampler) -> bool:
+    """Whether answers are written with tools (rollout.tools): the one place that asks, for the loop, the evaluation
+    and the teardown."""
+    return isinstance(sampler, ToolSampler)
+
+
+def tool_seconds(sampler: Sampler) -> float:
+    """The wall time the sampler has spent waiting on tool calls so far (0 without tools)."""
+    return sampler.tool_seconds if isinstance(sampler, ToolSampler) else 0.0
+
+
 def close(sampler: Sampler) -> None:
     """Stop what a sampler's tools keep running (function workers); the engine itself is closed by its owner."""
     if isinstance(sampler, ToolSampler):

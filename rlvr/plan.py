@@ -38,9 +38,9 @@ from rlvr.config import (
     override_key,
     unknown_key_message,
     validate,
-    world_problems,
 )
 from rlvr.memory import GIB, ModelShape
+from rlvr.ranks import world_problems
 from rlvr.settings import DeviceSpec, Settings
 
 PLAN_KEYS = ("plan.gpus", "plan.gpu_memory_gib", "plan.gpu_name")

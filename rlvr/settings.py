@@ -1,4 +1,6 @@
 """Device-dependent settings, resolved once: every `auto` in the config becomes a value, from the device and the model.
+(~510 lines, one job: each resolution rule beside the table it fills and the device description it reads, so a run,
+a resume and `rlvr plan` resolve alike; rlvr.memory holds the arithmetic the rules call.)
 
 A setting whose right value depends on the device or the model takes `auto` in the recipe tree. `resolve` turns them
 into values, deterministically, from a description of the device (`DeviceSpec`: what it is and can do, never a timing)

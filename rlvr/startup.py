@@ -36,11 +36,12 @@ from rlvr import (
 )
 from rlvr.algo import LossOptions
 from rlvr.collect import RoundSizer
-from rlvr.config import Config, ConfigError, PiOld, Task, ThinkMode, check_world
+from rlvr.config import Config, ConfigError, PiOld, Task, ThinkMode
 from rlvr.data import PromptStream
 from rlvr.learner import Learner, loss_options
 from rlvr.metrics import MetricsLogger
 from rlvr.models import is_builtin, resolve_model_path
+from rlvr.ranks import check_world
 from rlvr.rewards import Rewarder
 from rlvr.rollout import Engine
 from rlvr.run_state import RunClock, StopSignal, fresh_counters, restore

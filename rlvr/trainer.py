@@ -188,7 +188,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
 
 def splittable_groups(groups: int, group_size: int, world_size: int) -> int:
     """The most of `groups` whose rows split evenly over the ranks (each trains on an equal share of every mini-batch).
-    Full mini-batches always split (rlvr.config.check_world); a last, short one of a step that kept fewer than B groups
+    Full mini-batches always split (rlvr.ranks.check_world); a last, short one of a step that kept fewer than B groups
     (dynamic sampling) may not, when there are more ranks than G: its leftover groups sit out that update."""
     while groups * group_size % world_size:
         groups -= 1

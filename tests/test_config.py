@@ -171,7 +171,7 @@ def test_cli_help_lists_groups(rlvr_cli, tmp_path):
 @pytest.mark.parametrize("recipe", RECIPE_NAMES)
 def test_every_recipe_starts_on_1_2_4_8_and_16_ranks(recipe):
     """The torchrun commands of docs/guide/scaling.md: each engine samples whole groups, each rank trains on an equal share of rows."""
-    from rlvr.config import check_world
+    from rlvr.ranks import check_world
 
     cfg = validate(compose_config(f"recipe={recipe}"))
     for world in (1, 2, 4, 8, 16):
@@ -180,7 +180,7 @@ def test_every_recipe_starts_on_1_2_4_8_and_16_ranks(recipe):
 
 
 def test_a_world_that_does_not_split_says_what_to_set():
-    from rlvr.config import check_world
+    from rlvr.ranks import check_world
 
     cfg = validate(compose_config("algo.group_size=6", "algo.prompts_per_minibatch=2", "algo.prompts_per_step=24"))
     check_world(cfg, 4)  # 2 x 6 = 12 rows: 3 per rank

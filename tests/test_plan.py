@@ -127,7 +127,8 @@ def test_config_errors_exit_2_with_json(capsys):
 
 
 def test_world_problems_mirror_the_start_up_checks():
-    from rlvr.config import validate, world_problems
+    from rlvr.config import validate
+    from rlvr.ranks import world_problems
     from tests.conftest import compose_config
 
     cfg = validate(compose_config("algo.prompts_per_step=48", "algo.prompts_per_minibatch=16"))

@@ -1,4 +1,5 @@
 """Verifier for code: run the completion's program against the row's tests in a sandbox (rlvr.verifiers.sandbox).
+(~360 lines, one job: the verifier's side of the sandbox, reading the program and the record in, a Verdict out.)
 
 The program is the completion's last complete fenced code block labelled ```python, ```py, ```python3 or unlabelled;
 a completion without one has NO_ANSWER. The answer is the row's test record, JSON (writable by hand)::
