@@ -135,5 +135,5 @@ class ToolName(str, enum.Enum):
 
 
 class CodeSandbox(str, enum.Enum):
-    bwrap = "bwrap"  # bubblewrap namespaces + the harness's limits and seccomp filter (rlvr.verifiers.sandbox)
+    bwrap = "bwrap"  # bubblewrap namespaces + the harness's limits and seccomp filter (rlvr.verifiers.code.sandbox)
     none = "none"  # the harness's limits and filter only, with the user's rights: for machines without user namespaces

@@ -51,8 +51,9 @@ VERIFIERS = {
                                      "rlvr.verifiers.countdown:check_gold"),
     VerifierName.gym: Verifier("rlvr.verifiers.gym:verify", "rlvr.verifiers.gym:extract", "rlvr.verifiers.gym:check_gold",
                                score="rlvr.verifiers.gym:score", extractors=True),
-    VerifierName.code: Verifier("rlvr.verifiers.code:verify", "rlvr.verifiers.code:extract", "rlvr.verifiers.code:check_gold",
-                                score="rlvr.verifiers.code:score", judge="rlvr.verifiers.code:judge", gold_rows=256,
+    VerifierName.code: Verifier("rlvr.verifiers.code.verifier:verify", "rlvr.verifiers.code.verifier:extract",
+                                "rlvr.verifiers.code.verifier:check_gold", score="rlvr.verifiers.code.verifier:score",
+                                judge="rlvr.verifiers.code.verifier:judge", gold_rows=256,
                                 gold_threads=4),
 }
 
@@ -208,7 +209,7 @@ class Rewarder:
 def _code_options(cfg: RewardConfig) -> dict:
     """The code verifier's options from reward.code; checks its sandbox first (refusing to start without one unless
     reward.code.sandbox=none, which warns)."""
-    from rlvr.verifiers import sandbox
+    from rlvr.verifiers import code
 
     c = cfg.code
     if c.sandbox is CodeSandbox.none:
@@ -216,8 +217,8 @@ def _code_options(cfg: RewardConfig) -> dict:
                      "rights (only CPU, memory and process limits hold). Use it only where bubblewrap cannot run.")  # fmt: skip
     else:
         try:
-            sandbox.check()
-        except sandbox.SandboxError as e:
+            code.check_sandbox()
+        except code.SandboxError as e:
             raise ConfigError(f"reward.verifier=code needs a working sandbox: {e}. (reward.code.sandbox=none runs "
                               f"without one, with your rights.)") from None  # fmt: skip
     return {"time_limit_s": c.time_limit_s, "memory_mb": c.memory_mb, "max_wall_s": max(cfg.timeout_s - 0.5, cfg.timeout_s * 0.9),

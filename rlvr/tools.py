@@ -2,7 +2,7 @@
 model just wrote, run it, format its result for the model. rlvr.multiturn drives the turns.
 
 `python`: the model writes a fenced ```python block; the engine stops at its closing fence (PythonTool.CLOSE); the
-block runs in the sandbox the code verifier uses (rlvr.verifiers.sandbox: bubblewrap, no network, no host files,
+block runs in the sandbox the code verifier uses (rlvr.verifiers.code's sandbox: bubblewrap, no network, no host files,
 resource limits, seccomp, a wall-clock kill of the whole tree, capped output) and its stdout and stderr come back as a
 ```output block, after which the model goes on. Calls in one answer share state as a notebook's cells do: each call
 runs the answer's earlier cells first, in one namespace, with their output discarded (an error in an earlier cell is
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from rlvr.verifiers import sandbox
+from rlvr.verifiers import code as sandbox  # the code verifier's front: its sandbox
 
 if TYPE_CHECKING:
     from rlvr.types import ToolCall
@@ -159,7 +159,7 @@ class PythonTool:
                                 output_bytes=self.output_bytes)  # fmt: skip
         start = time.monotonic()
         try:
-            result = sandbox.run(job, limits, wall_s=limits.wall_s + 1.0, sandbox=lim.sandbox)
+            result = sandbox.run_sandboxed(job, limits, wall_s=limits.wall_s + 1.0, sandbox=lim.sandbox)
         except (sandbox.SandboxError, OSError) as e:  # the sandbox itself failed: this call's error, not the run's
             return ToolResult(f"[the tool could not run: {str(e)[:200]}]", "error", time.monotonic() - start)
         seconds = time.monotonic() - start
@@ -212,7 +212,7 @@ def check(names: list[str], sandboxed: bool) -> None:
                      "rights (only CPU, memory and process limits hold). Use it only where bubblewrap cannot run.")  # fmt: skip
         return
     try:
-        sandbox.check()
+        sandbox.check_sandbox()
     except sandbox.SandboxError as e:
         raise ConfigError(f"rollout.tools=[python] needs a working sandbox: {e}. (rollout.tool.sandbox=none runs the "
                           f"calls without one, with your rights.)") from None  # fmt: skip

@@ -26,7 +26,8 @@ import statistics
 import sys
 import time
 
-from rlvr.verifiers import Outcome, sandbox
+from rlvr.verifiers import Outcome
+from rlvr.verifiers.code import sandbox
 from rlvr.verifiers.pool import VerifierPool
 
 ADD = json.dumps({"tests": [{"assert": "assert add(1, 2) == 3"}, {"assert": "assert add(2, 2) == 4"},
@@ -62,7 +63,7 @@ def throughput(n: int, workers: int, reps: int) -> float:
 
 def humaneval(workers: int) -> dict[str, float]:
     from rlvr.tasks import code as tasks
-    from rlvr.verifiers import code_record
+    from rlvr.verifiers.code import record as code_record
 
     problems = tasks.humaneval_examples()
     records = [code_record.parse(p.answer) for p in problems]

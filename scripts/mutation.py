@@ -2,7 +2,7 @@
 
 The pure core is the functions matched by CORE below: all of rlvr/algo.py, the micro-batch plan (rlvr/batching.py),
 the answer extraction (rlvr/verifiers/extraction.py), the math verifier's normalization and equivalence, the
-arithmetic and countdown verifiers, and the code verifier's test record (rlvr/verifiers/code_record.py: parsing and
+arithmetic and countdown verifiers, and the code verifier's test record (rlvr/verifiers/code/record.py: parsing and
 validation only; the sandboxed runs are not mutated). Not in it: the math verifier's refusal estimate and work-budget tracer (resource
 bounds, not the answer), its logging filter and `_warm_up` (sympy's lazy imports). mutmut 3 leaves decorated
 functions alone, so the verifier's caches wrap plain functions (`_parse_uncached`, `_equivalent_uncached`), which are
@@ -36,7 +36,7 @@ CORE = [
     "rlvr.algo.*",
     "rlvr.batching.*",
     "rlvr.verifiers.arithmetic.*",
-    "rlvr.verifiers.code_record.*",
+    "rlvr.verifiers.code.record.*",
     "rlvr.verifiers.countdown.*",
     "rlvr.verifiers.extraction.*",
     *(
@@ -128,9 +128,9 @@ EQUIVALENT: dict[str, str] = {
     f"{_MATH}_judge__mutmut_29": "an INCORRECT box group of n items whose last n boxes are single items is those n boxes "
                                 "(deduplicated): the same items, which math_verify compares as a set ('2, 1' equals "
                                 "'1, 2'), so INCORRECT again",
-    "rlvr.verifiers.code_record.x_validate__mutmut_39": "the default only feeds the float_tol check, which 0 and 1 both pass",
-    "rlvr.verifiers.code_record.x_encode__mutmut_3": "json reads ensure_ascii by truth value: None is False",
-    "rlvr.verifiers.code_record.x_encode__mutmut_4": "json reads allow_nan by truth value: None is False",
+    "rlvr.verifiers.code.record.x_validate__mutmut_39": "the default only feeds the float_tol check, which 0 and 1 both pass",
+    "rlvr.verifiers.code.record.x_encode__mutmut_3": "json reads ensure_ascii by truth value: None is False",
+    "rlvr.verifiers.code.record.x_encode__mutmut_4": "json reads allow_nan by truth value: None is False",
     **{f"{_CD}_evaluate__mutmut_{n}": _UNSEEN for n in (3, 4, 5, 37, 38)},
     f"{_CD}extract_expression__mutmut_12": "rfind's start None is 0",
     **{f"{_CD}extract_expression__mutmut_{n}": _CLOSE_AT_0 for n in (21, 22)},

@@ -45,11 +45,11 @@ def _warm_cli_server():
 
 def _sandbox_missing() -> str | None:
     """Why the code verifier's sandbox cannot run here (None: it can)."""
-    from rlvr.verifiers import sandbox
+    from rlvr.verifiers import code
 
     try:
-        sandbox.check()
-    except sandbox.SandboxError as e:
+        code.check_sandbox()
+    except code.SandboxError as e:
         return str(e)
     return None
 

@@ -1,4 +1,4 @@
-"""Hostile programs against the code verifier (rlvr.verifiers.code, .sandbox, .code_runner, .pool).
+"""Hostile programs against the code verifier (rlvr.verifiers.code: its verifier, sandbox and harness; rlvr.verifiers.pool).
 
 Each test runs a program written to attack the host or the verdict and asserts both the verdict (a program that does
 not solve the task is never CORRECT, with the right detail, within a time bounded by the limits; a harmless or legit
@@ -53,10 +53,13 @@ from pathlib import Path
 import pytest
 
 from rlvr.verifiers import Outcome, Verdict
-from rlvr.verifiers import sandbox as sandbox_module
-from rlvr.verifiers.code import judge
+from rlvr.verifiers.code import sandbox as sandbox_module
+from rlvr.verifiers.code.sandbox import Limits, SandboxError
+from rlvr.verifiers.code.verifier import judge
 from rlvr.verifiers.pool import PoolStats, VerifierPool
-from rlvr.verifiers.sandbox import Limits, SandboxError
+
+# serial: the sandbox's verdicts under limits of seconds are checked with no second test worker beside them (make test)
+pytestmark = pytest.mark.serial
 
 REPO = Path(__file__).resolve().parents[1]
 C, W = Outcome.CORRECT, Outcome.INCORRECT
@@ -123,11 +126,13 @@ def assert_no_survivors(mark: str, grace_s: float = 2.0) -> None:
     assert left == [], f"processes carrying {mark} outlived the run: {left}"
 
 
-def mem_available() -> int:
+def shared_memory() -> int:
+    """The host's memory that outlives a process (tmpfs files, shared memory, memfds: Shmem): what a sandbox could leave
+    behind. (Not MemAvailable: it moves with whatever else the machine runs, such as the other test worker.)"""
     for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
+        if line.startswith("Shmem:"):
             return int(line.split()[1]) << 10
-    raise AssertionError("no MemAvailable in /proc/meminfo")
+    raise AssertionError("no Shmem in /proc/meminfo")
 
 
 def tmp_free() -> int:
@@ -257,10 +262,10 @@ for i in range({cap_mb} + 24):
         break
 capped = written <= {cap_mb}
 """
-    before = mem_available()
+    before = shared_memory()
     program, record = in_mode(mode, attack, "\ndef add(a, b):\n    return a + b if capped else -written\n")
     verdict, elapsed = judged(program, record)
-    assert mem_available() > before - (256 << 20)
+    assert shared_memory() < before + (256 << 20)
     assert elapsed < bound({})
     assert (verdict.outcome, verdict.detail) == (C, "passed"), f"{folder} took more than {cap_mb} MiB of host memory"
 
@@ -570,12 +575,12 @@ BOMBS = {  # name -> (the attack, run before add is defined; the detail; judge's
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_bombs_get_their_detail_in_bounded_time_and_spare_the_host(name: str, mode: str) -> None:
     attack, detail, options = BOMBS[name]
-    free, memory = tmp_free(), mem_available()
+    free, memory = tmp_free(), shared_memory()
     verdict, elapsed = judged(*in_mode(mode, attack + "\n"), **options)
     assert (verdict.outcome, verdict.detail) == (W, detail)
     assert elapsed < bound(options)
     assert abs(tmp_free() - free) < 32 << 20  # nothing reached the host's disk
-    assert mem_available() > memory - (1 << 30)  # nor stayed in its memory
+    assert shared_memory() < memory + (1 << 30)  # nor stayed in its memory
 
 
 INODE_BOMBS = {  # what costs a tmpfs no bytes: empty files, folders, links
@@ -845,7 +850,7 @@ PATCHES = {"strict_eq": _returns_true, "truth": _returns_true, "encode": _noop, 
            "_truth_hook": _noop_hook, "send": _noop}
 def patch_harness(names):
     for o in gc.get_objects():
-        if type(o) is type(patch_harness) and o.__name__ in names and o.__code__.co_filename.endswith("code_runner.py"):
+        if type(o) is type(patch_harness) and o.__name__ in names and o.__code__.co_filename in {str(p) for p in sandbox_module.RUNNER}:
             o.__code__ = PATCHES[o.__name__].__code__
 """
 
@@ -1022,6 +1027,7 @@ def add(a, b):
 """,
     "stderr_output": """
 import sys
+
 def add(a, b):
     print("note: " + "x" * 1000, file=sys.stderr)
     return a + b

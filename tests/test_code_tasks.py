@@ -12,7 +12,10 @@ import pytest
 from rlvr.config import ConfigError
 from rlvr.tasks import code
 from rlvr.types import Example
-from rlvr.verifiers import code_record
+from rlvr.verifiers.code import record as code_record
+
+# serial: the sandbox's verdicts under limits of seconds are checked with no second test worker beside them (make test)
+pytestmark = pytest.mark.serial
 
 MBPP_ROW = {  # mbpp (full): test_setup_code is usually empty
     "task_id": 2,

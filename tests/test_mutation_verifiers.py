@@ -9,8 +9,9 @@ from fractions import Fraction
 
 import pytest
 
-from rlvr.verifiers import Outcome, arithmetic, code_record, countdown
+from rlvr.verifiers import Outcome, arithmetic, countdown
 from rlvr.verifiers import math as math_verifier
+from rlvr.verifiers.code import record as code_record
 from rlvr.verifiers.math import MAX_ANSWER_CHARS, _as_fraction, extract_answer, is_equivalent, normalize
 
 B = "\\boxed"

@@ -11,8 +11,11 @@ from rlvr.config import ConfigError, validate
 from rlvr.multiturn import ToolSampler
 from rlvr.tasks import calc
 from rlvr.types import ToolCall
+from rlvr.verifiers import code as sandbox  # the code verifier's front, as rlvr.tools uses it
 from rlvr.verifiers import math as math_verifier
-from rlvr.verifiers import sandbox
+
+# serial: the sandbox's verdicts under limits of seconds are checked with no second test worker beside them (make test)
+pytestmark = pytest.mark.serial
 
 # a generous wall clock (a call takes ~0.1 s quiet; a loaded machine once took a trivial call past 4 s), a short CPU limit
 LIMITS = tools.PythonLimits(cpu_s=1.0, wall_s=15.0, memory_mb=256, sandbox=True)
@@ -75,7 +78,7 @@ def test_a_missing_sandbox_is_a_config_error_before_any_model_loads(monkeypatch)
     def broken() -> None:
         raise sandbox.SandboxError("bubblewrap (bwrap) is not installed")
 
-    monkeypatch.setattr(sandbox, "check", broken)
+    monkeypatch.setattr(sandbox, "check_sandbox", broken)
     with pytest.raises(ConfigError, match=r"rollout.tools=\[python\] needs a working sandbox.*rollout.tool.sandbox=none"):
         tools.check(["python"], sandboxed=True)
     tools.check([], sandboxed=True)  # no tools: nothing to check

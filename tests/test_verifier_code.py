@@ -13,7 +13,9 @@ from conftest import compose_config, requires_sandbox
 from rlvr.config import ConfigError, VerifierName, validate
 from rlvr.rewards import Rewarder
 from rlvr.types import Completion
-from rlvr.verifiers import Outcome, code, sandbox
+from rlvr.verifiers import Outcome
+from rlvr.verifiers.code import sandbox
+from rlvr.verifiers.code import verifier as code
 
 
 def fenced(program: str, label: str = "python") -> str:
@@ -24,7 +26,8 @@ def record(*tests: dict, **extra) -> str:
     return json.dumps({"tests": list(tests), **extra})
 
 
-pytestmark = requires_sandbox
+# serial: the sandbox's verdicts under limits of seconds are checked with no second test worker beside them (make test)
+pytestmark = [requires_sandbox, pytest.mark.serial]
 
 ADD = record({"assert": "assert add(1, 2) == 3"}, {"assert": "assert add(2, 2) == 4"},
              {"assert": "assert abs(add(0.1, 0.2) - 0.3) < 1e-9"})  # fmt: skip
@@ -59,7 +62,7 @@ def test_no_code_block_is_no_answer_without_running_anything():
 @pytest.mark.parametrize("bad, says", [("not json", "not JSON"), ('{"tests": []}', "non-empty list"),
                                        ('{"tests": [{"assert": "x = 1"}]}', "no assert statement")])  # fmt: skip
 def test_a_bad_record_is_a_dataset_error_not_a_verdict(bad, says):
-    """(Each way a record can be wrong: tests/test_code_tasks.py, which tests rlvr.verifiers.code_record.)"""
+    """(Each way a record can be wrong: tests/test_code_tasks.py, which tests rlvr.verifiers.code.record.)"""
     with pytest.raises(ValueError, match=says):
         code.judge(fenced("x = 1"), bad)
 
@@ -160,7 +163,7 @@ def test_a_call_test_reports_the_return_value_of_the_function_or_solution_method
 @pytest.mark.parametrize("value", [0, -(10**50), 1.5, -0.0, float("inf"), 1 + 2j, "é\n\"\\", "\ud800", b"\xff", None,
                                    True, [1, [2]], (1, "a"), {1, 2}, frozenset({3}), {"k": [1.0, None]}, ()])  # fmt: skip
 def test_the_strict_encoding_round_trips_built_in_values(value):
-    from rlvr.verifiers import code_runner
+    from rlvr.verifiers.code import harness as code_runner
 
     encoded = json.loads(code_runner.to_json(code_runner.encode(value)))
     decoded = code.decode(encoded)
@@ -168,7 +171,7 @@ def test_the_strict_encoding_round_trips_built_in_values(value):
 
 
 def test_values_of_other_types_have_no_encoding():
-    from rlvr.verifiers import code_runner
+    from rlvr.verifiers.code import harness as code_runner
 
     class Anything:
         def __eq__(self, other):

@@ -10,6 +10,9 @@ import user_rewards
 from rlvr.verifiers import Outcome
 from rlvr.verifiers.pool import PoolStats, VerifierPool, load_function
 
+# serial: the sandbox's verdicts under limits of seconds are checked with no second test worker beside them (make test)
+pytestmark = pytest.mark.serial
+
 C, W, N, T = Outcome.CORRECT, Outcome.INCORRECT, Outcome.NO_ANSWER, Outcome.TIMEOUT
 TIMEOUT_S = 1.0
 

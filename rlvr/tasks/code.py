@@ -51,7 +51,7 @@ from typing import Any
 
 from rlvr.config import ConfigError
 from rlvr.types import Example
-from rlvr.verifiers.code_record import OPTIONAL, describe, encode, parsed_code, show, validate
+from rlvr.verifiers.code.record import OPTIONAL, describe, encode, parsed_code, show, validate
 
 FORMS = (
     "a list of assert strings (MBPP), a def check(...) string with an entry_point column (HumanEval), a string of "

@@ -1,6 +1,6 @@
 """Run untrusted Python in bubblewrap: the model's program and its tests, with nothing of the host in reach.
 
-    result = sandbox.run(job, Limits(), wall_s=5.0)   # job: code_runner's JSON job; result.events: what it saw
+    result = sandbox.run(job, Limits(), wall_s=5.0)   # job: the harness's JSON job; result.events: what it saw
 
 Layers, outermost first:
 1. bubblewrap (Debian's `bubblewrap`, a maintained tool; not hand-made namespaces): new user, PID, network, IPC, UTS
@@ -14,7 +14,7 @@ Layers, outermost first:
    bubblewrap's with a cap on files as well as bytes (tmp_inodes: bubblewrap cannot set a tmpfs's nr_inodes, and a
    tmpfs counts no bytes for an empty file); as another user the harness has no right to mount, and /tmp keeps
    bubblewrap's byte cap only.
-2. The harness (rlvr/verifiers/code_runner.py) forks the process that runs the model's code (the program's, or each
+2. The harness (harness.py, program.py, judge.py and runner.py beside this file) forks the process that runs the model's code (the program's, or each
    stdin/stdout case's), which closes the events' descriptor, sets resource limits (CPU seconds, address space, file
    size, open files, threads, no core), makes itself non-dumpable and installs a seccomp filter that refuses to create
    processes and namespaces (fork, vfork, clone without CLONE_THREAD, clone3, unshare, setns), before any model code
@@ -44,10 +44,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-RUNNER = Path(__file__).with_name("code_runner.py")
-# the interpreter's program: read the harness's code object and its job from stdin, run main(job)
+# the harness: its modules, run inside the sandbox in this order as one namespace (harness.py's docstring)
+RUNNER = tuple(Path(__file__).with_name(name) for name in ("harness.py", "program.py", "judge.py", "runner.py"))
+# the interpreter's program: read the harness's code objects and its job from stdin, run them, then main(job)
 BOOT = ("import marshal,os,sys;f=sys.stdin.buffer;c=marshal.load(f);j=marshal.load(f);sys.stdin.close();"
-        "g={'__name__':'rlvr_runner'};exec(c,g);g['main'](j);os._exit(0)")  # no interpreter teardown: events are sent
+        "g={'__name__':'rlvr_runner'};[exec(x,g) for x in c];g['main'](j);os._exit(0)")  # no teardown: events are sent
 MAX_EVENT_BYTES = 8 << 20  # the events one run may send back (values of every test)
 MAX_STDERR_BYTES = 64 << 10  # bwrap's and the harness's own error text
 INSTALL = ("apt-get install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora/RHEL), or your distribution's "
@@ -196,12 +197,12 @@ def _open_parents(path: str) -> list[str]:
 
 @functools.cache
 def runner_code() -> bytes:
-    """The harness (code_runner.py) compiled once per process, marshalled."""
-    return marshal.dumps(compile(RUNNER.read_text(), str(RUNNER), "exec"))
+    """The harness's modules compiled once per process, marshalled as one tuple of code objects."""
+    return marshal.dumps(tuple(compile(path.read_text(), str(path), "exec") for path in RUNNER))
 
 
 def run(job: dict, limits: Limits, *, wall_s: float, sandbox: bool = True) -> RunResult:
-    """Start the harness on `job` (code_runner's format; `limits` are added), read what it reports until it exits,
+    """Start the harness on `job` (harness.py's format; `limits` are added), read what it reports until it exits,
     `wall_s` passes, or it sends more than the caps allow; then kill everything it started. `sandbox=False` runs
     the harness without bubblewrap (reward.code.sandbox=none: the harness's own limits and filter still apply)."""
     read_end, write_end = os.pipe()

@@ -1,4 +1,4 @@
-"""Verifier for code: run the completion's program against the row's tests in a sandbox (rlvr.verifiers.sandbox).
+"""Verifier for code: run the completion's program against the row's tests in a sandbox (sandbox.py beside this file).
 (~360 lines, one job: the verifier's side of the sandbox, reading the program and the record in, a Verdict out.)
 
 The program is the completion's last complete fenced code block labelled ```python, ```py, ```python3 or unlabelled;
@@ -52,8 +52,9 @@ import math
 import time
 from typing import Any
 
-from rlvr.verifiers import Outcome, Verdict, code_record
-from rlvr.verifiers.sandbox import Limits, SandboxError, interpreter, run, runner_code
+import rlvr.verifiers.code.record as code_record
+from rlvr.verifiers import Outcome, Verdict
+from rlvr.verifiers.code.sandbox import Limits, SandboxError, interpreter, run, runner_code
 
 MAX_PROGRAM_CHARS = 50_000
 SCAN_CHARS = 100_000  # the completion's tail searched for code blocks
@@ -81,7 +82,7 @@ def extract_program(completion: str) -> str | None:
 
 
 def parse_record(answer: str) -> dict[str, Any]:
-    """The test record (rlvr.verifiers.code_record); ValueError naming the first problem (a dataset bug)."""
+    """The test record (rlvr.verifiers.code.record); ValueError naming the first problem (a dataset bug)."""
     return code_record.parse(answer)
 
 
