@@ -108,3 +108,16 @@ def midpoint_model(tmp_path_factory) -> Path:
     save_file({k: on_bf16_midpoints(v) if v.dtype == torch.float32 else v for k, v in state.items()},
               folder / "model.safetensors", metadata={"format": "pt"})  # fmt: skip
     return folder
+
+
+# The longest files first (measured, docs/measured/test_suite.md): make test's two pytest-xdist workers take whole files
+# in collection order, so the long ones start at once and the short ones fill in behind them, and both workers finish
+# together (longest-first scheduling). Tests keep their order within a file.
+LONGEST_FIRST = ("test_e2e.py", "test_resume.py", "test_learner_dist.py", "test_sync_check.py", "test_tools_run.py",
+                 "test_guards.py", "test_thinking_run.py", "test_lora.py", "test_console.py", "test_config.py",
+                 "test_verifier_math_cases.py", "test_eval_command.py", "test_gym_catalogue.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

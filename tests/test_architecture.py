@@ -90,3 +90,15 @@ def test_algo_imports_only_torch_and_leaf_modules():
 
 def test_only_rollout_imports_vllm():
     assert sorted(m for m, p in MODULES.items() if "vllm" in {i.split(".")[0] for i in _imports(p)}) == ["rlvr.rollout"]
+
+
+def test_the_makefiles_serial_files_are_those_that_hold_serial_tests():
+    """make test runs the `serial` tests from the files its SERIAL_FILES names: a file that marks tests serial and is
+    not named there would have them run by neither of make test's two sessions."""
+    import re
+
+    tests = Path(__file__).resolve().parent
+    marked = {p.name for p in tests.glob("test_*.py") if re.search(r"^pytestmark = .*pytest\.mark\.serial", p.read_text(), re.M)}
+    makefile = (tests.parent / "Makefile").read_text()
+    named = set(re.search(r"^SERIAL_FILES = (.*)$", makefile, re.M).group(1).replace("tests/", "").split())  # type: ignore[union-attr]
+    assert named == marked

@@ -14,9 +14,6 @@ from rlvr.tasks import code
 from rlvr.types import Example
 from rlvr.verifiers.code import record as code_record
 
-# serial: the sandbox's verdicts under limits of seconds are checked with no second test worker beside them (make test)
-pytestmark = pytest.mark.serial
-
 MBPP_ROW = {  # mbpp (full): test_setup_code is usually empty
     "task_id": 2,
     "text": "Write a function to find the similar elements from the given two tuple lists.",
