@@ -33,7 +33,7 @@ def data_cfg(**kw) -> DataConfig:
     fields = dict(task=Task.file, path="x.jsonl", eval_path=None, split="train", prompt_key="prompt", answer_key="answer",
                   eval_size=1, max_prompt_tokens=0, long_prompts=LongPrompts.drop, format=PromptFormat.auto,
                   system_prompt=None, prompt_template="{prompt}", subset=None, answer_extract=AnswerExtract.none,
-                  name=None, size=0, seed=0, options=None)  # fmt: skip
+                  name=None, size=0, seed=0, options=None, chat_template_kwargs=None)  # fmt: skip
     return DataConfig(**{**fields, **kw})
 
 
