@@ -3,6 +3,12 @@
 Layout: <out>/checkpoints/step_00000010/ holds whatever the learner and trainer wrote plus COMPLETE (json meta),
 written last. A folder is a checkpoint only once it has its final name, and it only gets that name after every file
 in it, the marker included, is on disk. Staging folders (.tmp-*) are never listed and are removed by prune.
+
+A checkpoint proves itself: COMPLETE lists every file with its size and a fast checksum (adler32) as written, and
+whatever loads one checks them first (`damage`): a file truncated by a failed copy or flipped by a disk fault is named,
+and trainer.resume=auto falls back to the newest intact checkpoint. Before a checkpoint is written, its expected size is
+held against the filesystem's free space (`ensure_space`); a write that fails anyway (ENOSPC, EIO) removes the staging
+folder and says where and why (rlvr.run_state), leaving every earlier checkpoint as it was.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 import random
 import re
 import shutil
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +80,7 @@ def _write_marker(staging: Path, meta: dict[str, Any]) -> None:
     _fsync(staging)
 
 
-def _publish(staging: Path, final: Path) -> None:
+def publish(staging: Path, final: Path) -> None:
     """Rename staging -> final (moving an existing final aside first, deleting it after); fsync the parent."""
     aside = final.with_name(".tmp-replaced-" + final.name)
     if final.exists():
@@ -85,10 +92,54 @@ def _publish(staging: Path, final: Path) -> None:
 
 
 def commit(staging: Path, final: Path, meta: dict[str, Any]) -> None:
-    """Rank 0, after every rank has written and closed its files: make `final` appear complete, atomically."""
+    """Rank 0, after every rank has written and closed its files: make `final` appear complete, atomically, its files'
+    sizes and checksums in the marker."""
     _sync_tree(staging)
-    _write_marker(staging, meta)
-    _publish(staging, final)
+    _write_marker(staging, {**meta, "files": manifest(staging)})
+    publish(staging, final)
+
+
+def _checksum(path: Path) -> int:
+    """adler32 of a file's bytes, read 8 MiB at a time (~1 GB/s: a fast check, not a cryptographic one)."""
+    value = 1
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            value = zlib.adler32(chunk, value)
+    return value
+
+
+def manifest(folder: Path) -> dict[str, list[int]]:
+    """Every file under `folder` (relative path) -> [size, checksum]."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
+    return {p.relative_to(folder).as_posix(): [p.stat().st_size, _checksum(p)] for p in files}
+
+
+def damage(folder: Path, within: str = "") -> str | None:
+    """Why a complete checkpoint cannot be loaded as written (a file missing, of another size or with another checksum
+    than its marker lists, naming it); None when it is intact, or predates the marker's file list. `within`: only the
+    files in that subfolder (`rlvr eval` reads model/ alone)."""
+    files = json.loads((folder / MARKER).read_text()).get("files")
+    if not isinstance(files, dict):
+        return None
+    for name, (size, checksum) in files.items():
+        if within and not name.startswith(within + "/"):
+            continue
+        path = folder / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if path.stat().st_size != size:
+            return f"{path} has {path.stat().st_size:,} bytes, not the {size:,} it was written with (truncated or overwritten)"
+        if _checksum(path) != checksum:
+            return f"{path} does not hold the bytes it was written with (its checksum differs: damaged on disk or in a copy)"
+    return None
+
+
+def verify(folder: Path, within: str = "") -> None:
+    """ConfigError naming the damaged file when `folder` (a complete checkpoint; `within`: that subfolder of it) is not
+    intact."""
+    problem = damage(folder, within)
+    if problem is not None:
+        raise ConfigError(f"checkpoint {folder} is damaged: {problem}")
 
 
 def is_complete(folder: Path) -> bool:
@@ -121,18 +172,23 @@ def latest(out: Path) -> Path | None:
 
 
 def resolve_resume(resume: str, out: Path) -> Path | None:
-    """trainer.resume -> the checkpoint folder to load: never -> None, auto -> latest(out), else a checked path."""
+    """trainer.resume -> the checkpoint folder to load: never -> None; auto -> the newest intact complete checkpoint (a
+    damaged newer one is named, with the steps that will be redone); else a checked path (damaged: ConfigError)."""
     if resume == "never":
         return None
     if resume == "auto":
-        return latest(out)
+        return _newest_intact(out)
     folder = Path(resume)
     if not folder.exists():
         why = "does not exist"
     elif not folder.is_dir():
         why = "is not a checkpoint folder (not a directory)"
     elif is_complete(folder):
-        return folder
+        problem = damage(folder)
+        if problem is None:
+            return folder
+        raise ConfigError(f"trainer.resume '{resume}' is damaged: {problem}; resume from another checkpoint "
+                          f"({', '.join(str(p) for p in _complete_in(folder.parent) if p != folder) or 'none left'})")  # fmt: skip
     elif folder.name.startswith(".tmp-"):
         why = "is incomplete: a staging folder, a save was interrupted before it was committed"
     elif (folder / MARKER).exists():
@@ -146,6 +202,72 @@ def resolve_resume(resume: str, out: Path) -> Path | None:
     found = _complete_in(checkpoints)
     hint = f"; the newest complete checkpoint there is '{found[-1]}'" if found else ""
     raise ConfigError(f"trainer.resume '{resume}' {why}{hint}")
+
+
+def _newest_intact(out: Path) -> Path | None:
+    """The newest complete checkpoint whose files are as written; each damaged newer one said (a warning naming its
+    file and the steps redone); ConfigError when checkpoints exist and none is intact."""
+    from rlvr import console
+
+    found = list_complete(out)
+    damaged: list[tuple[Path, str]] = []
+    for folder in reversed(found):
+        problem = damage(folder)
+        if problem is None:
+            if damaged:
+                step = int(_STEP.fullmatch(folder.name)[1])  # type: ignore[index]
+                last = int(_STEP.fullmatch(damaged[0][0].name)[1])  # type: ignore[index]
+                for bad, why in damaged:
+                    console.warn(f"rlvr: warning: checkpoint {bad} is damaged: {why}; not resumed from")
+                console.warn(f"rlvr: resuming from {folder} (step {step}): steps {step + 1}-{last} are redone")
+            return folder
+        damaged.append((folder, problem))
+    if damaged:
+        raise ConfigError(f"every checkpoint in {out / 'checkpoints'} is damaged (the newest, {damaged[0][0]}: "
+                          f"{damaged[0][1]}); restore one from a copy, or start afresh in a new trainer.output_dir")  # fmt: skip
+    return None
+
+
+def ensure_space(folder: Path, needed: int, what: str) -> None:
+    """NoSpace naming the filesystem, the bytes needed and free, and what to do, when `what` (about `needed` bytes) will
+    not fit in `folder`'s filesystem."""
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        raise NoSpace(f"{what} needs about {_mib(needed)} in {folder}, but its filesystem ({mount_point(probe)}) has "
+                      f"{_mib(free)} free")  # fmt: skip
+
+
+def disk_full(error: BaseException, folder: Path) -> bool:
+    """Whether a failed write failed for want of space: ENOSPC anywhere in its chain or words (safetensors and DCP wrap
+    it), or `folder`'s filesystem left with under 1 MiB free (torch.save says only "unexpected pos 704 vs 598")."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if getattr(seen, "errno", None) == errno.ENOSPC or "No space left on device" in str(seen) or "os error 28" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    return shutil.disk_usage(probe).free < 1 << 20
+
+
+class NoSpace(OSError):
+    """A write would not fit, or did not: the message names where and how much (rlvr.run_state stops the run with it)."""
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the filesystem that holds `path`."""
+    path = path.resolve()
+    while not os.path.ismount(path):
+        path = path.parent
+    return path
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def prune(out: Path, keep_last: int) -> None:

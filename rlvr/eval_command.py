@@ -40,6 +40,7 @@ def locate(folder: Path) -> Target:
     if not folder.is_dir():
         raise ConfigError(f"run={folder}: no such folder")
     if checkpoint.is_complete(folder):
+        checkpoint.verify(folder, "model")  # its model's files as written (a damaged one is named)
         target = Target(folder / "model", folder.parent.parent, json.loads((folder / checkpoint.MARKER).read_text())["step"])
     elif (folder / "config.yaml").is_file():
         newest, final = checkpoint.latest(folder), final_step(folder)

@@ -47,7 +47,9 @@ def test_commit_makes_folder_appear_with_files_and_marker(tmp_path):
         "model/shard_0.distcp",
         "trainer.pt",
     ]
-    assert json.loads((final / "COMPLETE").read_text()) == {"step": 10, "note": "x"}
+    meta = json.loads((final / "COMPLETE").read_text())
+    assert meta == {"step": 10, "note": "x", "files": ck.manifest(final)}  # every file's size and checksum as written
+    assert sorted(meta["files"]) == ["model/shard_0.distcp", "trainer.pt"] and ck.damage(final) is None
     assert (final / "model" / "shard_0.distcp").read_bytes() == b"abc"
     assert ck.load_state(final / "trainer.pt") == {"step": 10, "data": [1, 2]}
     assert ck.is_complete(final) and ck.list_complete(tmp_path) == [final] and ck.latest(tmp_path) == final
@@ -218,7 +220,7 @@ def test_kill_during_save_keeps_previous_checkpoint(tmp_path, mode):
     assert ck.list_complete(out) == [one] and not ck.step_dir(out, 2).exists()
     assert (one / "weights.bin").read_bytes() == WEIGHTS
     assert ck.load_state(one / "trainer.pt") == {"step": 1}
-    assert json.loads((one / "COMPLETE").read_text()) == {"step": 1}
+    assert json.loads((one / "COMPLETE").read_text()) == {"step": 1, "files": ck.manifest(one)}
 
     ck.prune(out, keep_last=3)
     assert not staging.exists() and ck.list_complete(out) == [one]
