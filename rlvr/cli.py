@@ -64,7 +64,9 @@ def _hydra_train(raw: DictConfig) -> None:
 
         try:
             out = train(cfg, recipe)  # start-up checks (output folder, data, resume point, rewards) run before any model loads
-        except RunStopped as e:  # a signal (checkpoint written) or too many non-finite steps
+        except RunStopped as e:  # a signal, too many non-finite steps, a failed write, a failing part: rlvr's words
+            if e.__cause__ is not None:  # the failure's traceback: in the run's log, not on the console
+                console.detail("".join(traceback.format_exception(e.__cause__)).rstrip())
             console.error(f"rlvr train: {e}")
             raise SystemExit(e.exit_code) from None
         console.say(f"done: outputs in {out}")

@@ -404,6 +404,14 @@ class Learner:
             published = getattr(torch, published, None)
         return masters if masters == torch.float64 or not isinstance(published, torch.dtype) else published
 
+    def checkpoint_bytes(self, *, state: bool = True) -> int:
+        """About what one checkpoint of this learner takes on disk (rlvr.run_state holds it against the free space): the
+        trained weights and their two AdamW moments and the reference (`state`), the exported model, and a few MiB."""
+        trained = sum(p.numel() * p.element_size() for p in self.trainable)  # (a DTensor counts its whole tensor)
+        reference = 0 if self.reference is None else sum(p.numel() * p.element_size() for p in self.reference.parameters())
+        export = sum(p.numel() for p in self.model.parameters()) * torch.empty((), dtype=self.export_dtype()).element_size()
+        return int(1.05 * ((3 * trained + reference if state else 0) + export)) + (4 << 20)
+
     def save(self, folder: Path, *, max_shard_bytes: int = EXPORT_SHARD_BYTES) -> None:
         """A Hugging Face folder (safetensors in export_dtype, config, generation config, tokenizer) that transformers
         and vLLM load; with LoRA the merged model, and the adapter in its `adapter` folder (rlvr.lora). Rank 0 writes
@@ -423,7 +431,7 @@ class Learner:
         for _ in named:  # every rank takes part in each gather; rank 0 alone writes (the rest, after a failed write)
             pass
         if distributed.any_true(failed is not None):  # every rank stops, none waits in a collective
-            raise failed or RuntimeError(f"saving {folder} failed on rank 0")
+            raise failed or OSError(f"saving {folder} failed on rank 0")
         adapter = self.save_adapter(folder / lora.ADAPTER_FOLDER) if self.lora else None
         if self.rank == 0:
             base = self.model.get_base_model() if adapter is not None else self.model  # type: ignore[operator]

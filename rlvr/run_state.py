@@ -7,6 +7,8 @@ checkpoint and what comes back out.
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import threading
 import time
@@ -19,6 +21,7 @@ from rlvr import checkpoint, console, distributed
 from rlvr.config import ConfigError
 from rlvr.data import PromptStream
 from rlvr.learner import Learner
+from rlvr.runs import FINAL_STEP_FILE
 
 
 class RunStopped(RuntimeError):
@@ -38,24 +41,98 @@ def fresh_counters() -> dict[str, Any]:
 
 
 def save_checkpoint(out: Path, run: dict[str, Any], learner: Learner, stream: PromptStream, keep_last: int) -> None:
-    """Every rank writes its shards into a staging folder; rank 0 adds the rest, then renames it into place."""
+    """Every rank writes its shards into a staging folder; rank 0 adds the rest, then renames it into place. Its size is
+    held against the free space first; a write that fails (a full disk, an I/O error) removes the staging folder and
+    stops the run (RunStopped, exit code 5), every earlier checkpoint as it was."""
     step = run["step"]
-    if distributed.is_main():
-        checkpoint.staging_dir(out, step)  # empty, stale copies removed
-    distributed.barrier()  # the folder exists before any rank writes into it
-    staging = checkpoint.staging_path(out, step)
-    learner.save_state(staging / "learner")  # sharded policy, optimizer, reference (torch.distributed.checkpoint)
-    learner.save(staging / "model")  # the policy as a Hugging Face folder
-    checkpoint.save_state(staging / f"rng_rank{distributed.rank()}.pt", checkpoint.rng_state())
-    if distributed.is_main():
-        state = {**run, "stream": stream.state_dict(), "scheduler": learner.scheduler.state_dict(),
-                 "train_examples": len(stream.examples), "seed": stream.seed}  # fmt: skip
-        checkpoint.save_state(staging / "trainer_state.pt", state)
-    distributed.barrier()  # every rank's files are written and fsynced
-    if distributed.is_main():
-        checkpoint.commit(staging, checkpoint.step_dir(out, step), {"step": step, "world_size": distributed.world_size()})
-        checkpoint.prune(out, keep_last)
-    distributed.barrier()  # nobody goes on (or exits) before the checkpoint is in place
+    write = _Write(f"the step-{step} checkpoint", out, keep_last, checkpoint.staging_path(out, step))
+    with write:
+        if distributed.is_main():
+            checkpoint.ensure_space(out / "checkpoints", learner.checkpoint_bytes(), write.what)
+            checkpoint.staging_dir(out, step)  # empty, stale copies removed
+    write.settle()  # the folder exists before any rank writes into it
+    with write:
+        learner.save_state(write.staging / "learner")  # sharded policy, optimizer, reference (torch.distributed.checkpoint)
+        learner.save(write.staging / "model")  # the policy as a Hugging Face folder
+        checkpoint.save_state(write.staging / f"rng_rank{distributed.rank()}.pt", checkpoint.rng_state())
+        if distributed.is_main():
+            state = {**run, "stream": stream.state_dict(), "scheduler": learner.scheduler.state_dict(),
+                     "train_examples": len(stream.examples), "seed": stream.seed}  # fmt: skip
+            checkpoint.save_state(write.staging / "trainer_state.pt", state)
+    write.settle()  # every rank's files are written and fsynced
+    with write:
+        if distributed.is_main():
+            checkpoint.commit(write.staging, checkpoint.step_dir(out, step), {"step": step, "world_size": distributed.world_size()})
+            checkpoint.prune(out, keep_last)
+    write.settle()  # nobody goes on (or exits) before the checkpoint is in place
+
+
+def save_model(out: Path, learner: Learner, step: int, keep_last: int) -> None:
+    """The final policy as <out>/model (a Hugging Face folder, with the step its weights are from), written beside it
+    and swapped in once whole, so an earlier model/ stays until the new one is complete; a write that fails or would not
+    fit stops the run as save_checkpoint's does."""
+    write = _Write("the final model", out, keep_last, out / ".tmp-model")
+    with write:
+        if distributed.is_main():
+            checkpoint.ensure_space(out, learner.checkpoint_bytes(state=False), write.what)
+            shutil.rmtree(write.staging, ignore_errors=True)
+    write.settle()
+    with write:
+        learner.save(write.staging)
+        if distributed.is_main():  # which step these weights are from (`rlvr eval run=` compares it with the checkpoints)
+            (write.staging / FINAL_STEP_FILE).write_text(json.dumps({"step": step}) + "\n")
+            checkpoint.publish(write.staging, out / "model")
+    write.settle()
+
+
+class _Write:
+    """One write of a checkpoint or of the final model, on every rank: `with write:` around each part keeps its failure
+    (a full disk shows as torch's RuntimeError, safetensors' SafetensorError or DCP's CheckpointException as often as an
+    OSError, so every exception is kept, and whether the filesystem was full is judged there and then); `settle()`, a
+    collective, stops every rank when any failed, the staging folder removed and rlvr's words on where, why and what to
+    do, the failure's traceback chained (rlvr.cli writes it to the run's log)."""
+
+    def __init__(self, what: str, out: Path, keep_last: int, staging: Path) -> None:
+        self.what, self.out, self.keep_last, self.staging = what, out, keep_last, staging
+        self.failure: Exception | None = None
+        self.full = False
+
+    def __enter__(self) -> _Write:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
+        if not isinstance(error, Exception):
+            return False  # done, or a KeyboardInterrupt / SystemExit: not a write's failure
+        self.failure = error
+        self.full = isinstance(error, checkpoint.NoSpace) or checkpoint.disk_full(error, self.staging)
+        return True
+
+    def settle(self) -> None:
+        if not distributed.any_true(self.failure is not None):
+            return
+        if distributed.is_main():
+            shutil.rmtree(self.staging, ignore_errors=True)
+        error = self.failure
+        if isinstance(error, checkpoint.NoSpace):
+            why = str(error)
+        elif error is None:
+            why = f"writing {self.what} failed on another rank"
+        else:
+            said = (error.strerror or str(error)) if isinstance(error, OSError) else str(error)
+            where = f" ({error.filename})" if isinstance(error, OSError) and error.filename else ""
+            why = f"writing {self.what} failed: {type(error).__name__}: {said.splitlines()[0][:200] if said else ''}{where}"
+            if self.full:
+                why += f"; the filesystem of {self.out} ({checkpoint.mount_point(self.out)}) is full"
+        newest = checkpoint.latest(self.out)
+        raise RunStopped(
+            f"{why}. Nothing of it was kept; the newest checkpoint, {newest or 'none yet'}, is untouched. Free space "
+            f"there, keep fewer checkpoints (trainer.keep_last={self.keep_last}) or choose another trainer.output_dir, "
+            f"then continue with trainer.resume=auto",
+            exit_code=WRITE_FAILED,
+        ) from error
+
+
+WRITE_FAILED = 5  # the exit code of a run stopped by a write that failed or would not fit (docs/guide/checkpoints.md)
 
 
 def restore(folder: Path, learner: Learner, stream: PromptStream, seed: int) -> dict[str, Any]:
@@ -75,6 +152,33 @@ def restore(folder: Path, learner: Learner, stream: PromptStream, seed: int) -> 
         checkpoint.set_rng_state(checkpoint.load_state(rng))
     counters = fresh_counters()  # elapsed_s, train_s, informative_frac, pi_old_fell_back: absent from older checkpoints
     return {**counters, **{k: state[k] for k in counters if k in state}}
+
+
+class Part:
+    """Which part of a step is running, so that a failure of one (the engine, the verifiers, the learner, an evaluation)
+    stops the run with rlvr's one paragraph naming the part and the step, and where to continue from; the exception's
+    traceback goes to the run's log (rlvr.cli)."""
+
+    def __init__(self) -> None:
+        self.step, self.name = 0, "start-up"
+
+    def now(self, name: str, step: int | None = None) -> None:
+        self.name = name
+        self.step = self.step if step is None else step
+
+    def failed(self, error: Exception, out: Path) -> RunStopped:
+        import torch
+
+        oom = isinstance(error, (MemoryError, torch.OutOfMemoryError))
+        hint = (" (out of memory: lower trainer.micro_batch_tokens or rollout.gpu_memory_utilization, or set "
+                "trainer.activation_checkpointing=true; `rlvr plan` shows what fits)") if oom else ""  # fmt: skip
+        newest = checkpoint.latest(out)
+        where = f"continue from it with trainer.resume=auto trainer.output_dir={out}" if newest else "no checkpoint was written yet"
+        return RunStopped(f"step {self.step}: {self.name} failed: {type(error).__name__}: {str(error)[:300]}{hint}. The "
+                          f"newest checkpoint, {newest or 'none'}, is intact; {where}", exit_code=PART_FAILED)  # fmt: skip
+
+
+PART_FAILED = 1  # the exit code of a run stopped by a failing part (an error, as an unexpected one; the words say which)
 
 
 class RunClock:

@@ -7,7 +7,6 @@ what the run carries across steps and restarts (checkpoints, clocks, signals).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -17,9 +16,8 @@ import torch
 
 from rlvr import algo, checkpoint, distributed
 from rlvr.collect import collect, mean_dicts
-from rlvr.config import Config
-from rlvr.run_state import RunStopped, save_checkpoint
-from rlvr.runs import FINAL_STEP_FILE
+from rlvr.config import Config, ConfigError
+from rlvr.run_state import Part, RunStopped, save_checkpoint, save_model
 from rlvr.startup import note_unused_think_tags, start, warn_if_unreadable
 
 # the largest |learner - engine| logprob gap (nats, any response token) at which pi_old may still come from the engine:
@@ -31,6 +29,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
     """Run (or continue) until `cfg.trainer.max_steps` steps; return the output folder. `recipe`: the recipe's name,
     for the start-up summary."""
     run = start(cfg, recipe)  # checked and built (rlvr.startup); a fresh run's step-0 evaluation is logged
+    part = Part()  # the part of the step that runs: a failure names it (RunStopped, below)
     try:
         cfg, out, counters, sync, stop = run.cfg, run.out, run.counters, run.sync, run.stop
         learner, engine, rewarder, stream, logger = run.learner, run.engine, run.rewarder, run.stream, run.logger
@@ -40,6 +39,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
         for step in range(counters["step"] + 1, t.max_steps + 1):
             t_start = time.perf_counter()
             # 1-4. Draw prompts, sample G answers each, verify, and (DAPO) refill until B groups are informative.
+            part.now("the rollout (the engine, the tools, the verifiers)", step)
             batch, metrics, train_samples = collect(run.sampler, stream, rewarder, cfg, step, sizer)
             counters["informative_frac"] = sizer.informative_frac
             # the stream's position after drawing
@@ -61,6 +61,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             engine.sleep()  # the learner's phases: on a GPU the engine's weights and KV cache leave it (rollout.sleep)
 
             # 5. Advantages (algo.advantage); overlong filtering removes truncated responses from the loss.
+            part.now("the learner's update")
             G = a.group_size
             advantages = algo.advantages(batch.rewards, G, a.advantage.value)  # [N]
             mask = batch.response_mask  # [N, T]
@@ -118,6 +119,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             # 8. Push the new weights into the engine (its prefix cache is reset there). A sleeping engine wakes its
             # weights, takes the new ones, then wakes its KV cache, into the memory the learner's allocator has just
             # given back.
+            part.now("the weight push")
             learner.release_memory()
             metrics.update(run.push(f"step {step}"))  # stops the run here if the engine does not compute the new policy
             t_sync = time.perf_counter()
@@ -142,6 +144,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             clock.train_s += time.perf_counter() - t_start
             eval_samples: list[dict[str, Any]] = []
             if evaluating:
+                part.now("the evaluation")
                 eval_metrics, eval_samples = run.evaluate(step)
                 metrics.update(eval_metrics)
             # A non-finite loss or gradient norm skipped that update (learner.update); too many such steps in a row stop
@@ -164,6 +167,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             # Checkpoint every save_every steps, at the end, and when a signal asked to stop (every rank agrees on it).
             counters.update(step=step, elapsed_s=clock.elapsed(), train_s=clock.train_s)
             stopping = distributed.any_true(stop.requested is not None)
+            part.now("the checkpoint")
             if not bad and (stopping or step == t.max_steps or (t.save_every and step % t.save_every == 0)):
                 save_checkpoint(out, counters, learner, stream, t.keep_last)
                 logger.note(f"checkpoint: {checkpoint.step_dir(out, step)}")
@@ -174,13 +178,15 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
                     exit_code=130 if stop.requested == "SIGINT" else 143,
                 )
 
-        learner.save(out / "model")
-        # which step these weights are from (`rlvr eval run=` compares it with the checkpoints)
-        if distributed.is_main():
-            (out / "model" / FINAL_STEP_FILE).write_text(json.dumps({"step": t.max_steps}) + "\n")
+        part.now("saving the final model")
+        save_model(out, learner, t.max_steps, t.keep_last)  # <out>/model, swapped in whole
         logger.close()
         newest = checkpoint.latest(out)
         logger.note(f"model: {out / 'model'}" + (f"; newest checkpoint: {newest}" if newest else ""))
+    except (RunStopped, ConfigError):  # rlvr's own stops, said as they are
+        raise
+    except Exception as e:  # a part failed (the engine, the verifiers, the learner...): its name, the step, where to go on
+        raise part.failed(e, run.out) from e
     finally:
         run.close()  # the verifier workers, the signal handlers, the engine, the process group
     return out
