@@ -44,10 +44,16 @@ class MetricsLogger:
             import wandb  # only when asked: it is slow to import
 
             # a resumed run continues the same wandb run (its id is in the checkpoint)
-            self.wandb_run = wandb.init(project=wandb_project, dir=str(output_dir), config=config, id=wandb_id, resume="allow")
-            self.wandb_id = self.wandb_run.id
-            if self.wandb_run.url:  # (None offline)
-                console.say(f"wandb: {self.wandb_run.url}")
+            try:
+                self.wandb_run = wandb.init(project=wandb_project, dir=str(output_dir), config=config, id=wandb_id,
+                                            resume="allow")  # fmt: skip
+            except Exception as e:  # an unwritable folder, a bad setting: the run goes on, logged to metrics.jsonl
+                console.warn(f"rlvr: wandb could not start ({type(e).__name__}: {str(e)[:200]}): this run logs to "
+                             f"{self.path} only")  # fmt: skip
+            else:
+                self.wandb_id = self.wandb_run.id
+                if self.wandb_run.url:  # (None offline)
+                    console.say(f"wandb: {self.wandb_run.url}")
 
     def samples(self, rows: list[dict[str, Any]]) -> None:
         """Append sample rollouts (rlvr.sample_log.records) to samples.jsonl, and to wandb as a table."""
@@ -75,7 +81,12 @@ class MetricsLogger:
         self.file.write(json.dumps(metrics) + "\n")
         self.file.flush()
         if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in metrics.items() if k != "step"}, step=metrics["step"])
+            try:
+                self.wandb_run.log({k: v for k, v in metrics.items() if k != "step"}, step=metrics["step"])
+            except Exception as e:  # its folder became unwritable, its service went away: said once, the run goes on
+                console.warn(f"rlvr: wandb stopped taking rows at step {metrics['step']} ({type(e).__name__}: "
+                             f"{str(e)[:200]}): the rest of this run logs to {self.path} only")  # fmt: skip
+                self.wandb_run = None
         self.progress.update(metrics)
 
     def close(self) -> None:
@@ -99,9 +110,26 @@ def split_lengths(prefix: str, lengths: list[int], correct: list[bool]) -> dict[
 
 
 def _truncate(path: Path, last_step: int) -> None:
-    """Keep the rows up to and including `last_step` (a killed run may have logged steps past its checkpoint)."""
+    """Keep the rows up to and including `last_step` (a killed run may have logged steps past its checkpoint). A line
+    that is not a whole row (a kill mid-write tears the last one) is dropped, and said once."""
     if not path.exists():
         return
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= last_step]
+    kept, torn = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        row = _row(line)
+        if row is None:
+            torn += bool(line.strip())
+        elif row["step"] <= last_step:
+            kept.append(line + "\n")
+    if torn:
+        console.warn(f"rlvr: {path}: dropped {torn} torn line{'s' if torn > 1 else ''} (a write cut short by a kill)")
     path.write_text("".join(kept))
+
+
+def _row(line: str) -> dict[str, Any] | None:
+    """A logged row (a JSON object with an integer step), or None for anything else."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from rlvr import console
 from rlvr.config import override_key
 
 SAME_GROUP_KEYS = ("trainer.seed", "trainer.output_dir", "logger.")  # runs differing only here are seeds of one config
@@ -86,7 +87,8 @@ def _natural(name: str) -> list[Any]:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a JSON-lines file; a last line without its newline is still being written: ignored."""
+    """The complete lines of a JSON-lines file; a last line without its newline is still being written: ignored. A
+    line that is not JSON (torn by a kill, with a later run's rows appended after it) is skipped, with a note."""
     complete = path.read_text(errors="replace").split("\n")[:-1]
     rows = []
     for number, line in enumerate(complete, 1):
@@ -94,7 +96,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path.name} line {number} is not JSON ({e.msg})") from None
+                console.warn(f"rlvr: {path} line {number} is not JSON ({e.msg}; torn by a kill?): skipped")
     return rows
 
 
