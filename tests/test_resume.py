@@ -21,6 +21,7 @@ import pytest
 from warm_cli import WarmProcess, warm
 
 from rlvr import checkpoint
+from rlvr.config import ConfigError
 
 ARGS = ["recipe=dapo", "trainer.max_steps=4", "trainer.eval_every=2", "data.eval_size=64", "logger.progress=false"]
 VOLATILE = ("timing/", "perf/", "time/")  # wall-clock values: the only ones allowed to differ
@@ -63,12 +64,18 @@ def kill_when(proc: WarmProcess, ready, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> list[dict]:
+def straight(tmp_path_factory) -> Path:
+    """The uninterrupted run (save_every=2, keep_last=2: checkpoints at steps 2 and 4), read by the resumes below."""
     out = tmp_path_factory.mktemp("resume") / "straight"
     finish(start(out, "trainer.save_every=2", fresh=True))
     assert [r["step"] for r in rows(out)] == [0, 1, 2, 3, 4]
-    assert [p.name for p in checkpoint.list_complete(out)] == ["step_00000002", "step_00000004"]  # save_every=2, keep_last=2
-    return rows(out)
+    assert [p.name for p in checkpoint.list_complete(out)] == ["step_00000002", "step_00000004"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(straight) -> list[dict]:
+    return rows(straight)
 
 
 def test_sigkill_after_step_3_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
@@ -155,3 +162,49 @@ def test_resume_on_another_world_size(killed_during_a_save, tmp_path):
     assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4]  # the killed run's rows after step k were replaced
     assert metrics[k + 1]["data/index"] > metrics[k]["data/index"]  # no prompt drawn twice across the change of world size
     assert sorted(p.name for p in (checkpoint.step_dir(out, 4) / "learner").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+
+
+def test_a_damaged_checkpoint_is_named_and_the_run_resumes_from_the_newest_intact_one(straight, uninterrupted, tmp_path):
+    """Issue 51: the newest checkpoint's largest file truncated after it was marked complete (a failed copy; a flipped
+    bit is tests/test_faults.py's), and metrics.jsonl's last line torn by a kill: resume=auto names the damaged file,
+    falls back to step 2, redoes steps 3 and 4 equal to the uninterrupted run, and drops the torn line (said once)."""
+    out = copy_run(straight, tmp_path / "damaged")
+    shutil.rmtree(out / "model")  # (as a run killed after its last checkpoint leaves it)
+    newest = checkpoint.step_dir(out, 4)
+    target = max((p for p in newest.rglob("*") if p.is_file() and p.name != checkpoint.MARKER), key=lambda p: p.stat().st_size)
+    target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 5, "reward/mean": 0.')  # torn mid-write
+    with pytest.raises(ConfigError, match=rf"trainer.resume '{newest}' is damaged: {target}"):
+        checkpoint.resolve_resume(str(newest), out)  # named by hand: no fallback, an error
+    proc = start(out, "trainer.save_every=2")
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert f"checkpoint {newest} is damaged: {target}" in stderr
+    assert f"resuming from {checkpoint.step_dir(out, 2)} (step 2): steps 3-4 are redone" in stderr
+    assert "dropped 1 torn line" in stderr
+    assert [r["step"] for r in rows(out)] == [0, 1, 2, 3, 4]
+    for got, want in zip(rows(out), uninterrupted):
+        assert stable(got) == stable(want), got["step"]
+    assert checkpoint.damage(checkpoint.step_dir(out, 4)) is None  # rewritten whole
+
+
+def test_a_checkpoint_write_that_fails_stops_the_run_and_its_resume_matches_uninterrupted(uninterrupted, tmp_path):
+    """Issue 51: the step-4 checkpoint's write fails (ENOSPC from a writer, tests/run_faults.py): exit status 5 with
+    rlvr's words last, no staging folder left, step 2's checkpoint untouched; resume=auto then ends equal to the
+    uninterrupted run."""
+    out = tmp_path / "full"
+    env = {**os.environ, "RLVR_FAULT": "enospc", "RLVR_FAULT_STEP": "4", "PYTHONUNBUFFERED": "1"}
+    cmd = [str(Path(__file__).parent / "run_faults.py"), "train", *ARGS, f"trainer.output_dir={out}", "trainer.save_every=2"]
+    result = warm().run(cmd, cwd=tmp_path, env=env, timeout=600)
+    assert result.returncode == 5, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlvr train: writing the step-4 checkpoint failed: OSError: No space left on device ("), last
+    assert f"the filesystem of {out} ({checkpoint.mount_point(out)}) is full. Nothing of it was kept; the newest " \
+           f"checkpoint, {checkpoint.step_dir(out, 2)}, is untouched." in last  # fmt: skip
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
+    assert not (out / "model").exists()
+    finish(start(out, "trainer.save_every=2"))
+    assert [r["step"] for r in rows(out)] == [0, 1, 2, 3, 4]
+    for got, want in zip(rows(out), uninterrupted):
+        assert stable(got) == stable(want), got["step"]
