@@ -189,11 +189,13 @@ def test_a_damaged_checkpoint_is_named_and_the_run_resumes_from_the_newest_intac
     assert checkpoint.damage(checkpoint.step_dir(out, 4)) is None  # rewritten whole
 
 
-def test_a_checkpoint_write_that_fails_stops_the_run_and_its_resume_matches_uninterrupted(uninterrupted, tmp_path):
-    """Issue 51: the step-4 checkpoint's write fails (ENOSPC from a writer, tests/run_faults.py): exit status 5 with
-    rlvr's words last, no staging folder left, step 2's checkpoint untouched; resume=auto then ends equal to the
-    uninterrupted run."""
-    out = tmp_path / "full"
+def test_a_checkpoint_write_that_fails_stops_the_run_and_its_resume_matches_uninterrupted(straight, uninterrupted, tmp_path):
+    """Issue 51: the step-4 checkpoint's write fails (ENOSPC from a writer, tests/run_faults.py) in a run continued from
+    step 2: exit status 5 with rlvr's words last, no staging folder left, step 2's checkpoint untouched; resume=auto then
+    ends equal to the uninterrupted run."""
+    out = copy_run(straight, tmp_path / "full")
+    shutil.rmtree(checkpoint.step_dir(out, 4))
+    shutil.rmtree(out / "model")  # (the run as a SIGKILL after step 2's checkpoint leaves it)
     env = {**os.environ, "RLVR_FAULT": "enospc", "RLVR_FAULT_STEP": "4", "PYTHONUNBUFFERED": "1"}
     cmd = [str(Path(__file__).parent / "run_faults.py"), "train", *ARGS, f"trainer.output_dir={out}", "trainer.save_every=2"]
     result = warm().run(cmd, cwd=tmp_path, env=env, timeout=600)
@@ -203,7 +205,7 @@ def test_a_checkpoint_write_that_fails_stops_the_run_and_its_resume_matches_unin
     assert f"the filesystem of {out} ({checkpoint.mount_point(out)}) is full. Nothing of it was kept; the newest " \
            f"checkpoint, {checkpoint.step_dir(out, 2)}, is untouched." in last  # fmt: skip
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000002"]
-    assert not (out / "model").exists()
+    assert checkpoint.damage(checkpoint.step_dir(out, 2)) is None and not (out / "model").exists()
     finish(start(out, "trainer.save_every=2"))
     assert [r["step"] for r in rows(out)] == [0, 1, 2, 3, 4]
     for got, want in zip(rows(out), uninterrupted):
