@@ -189,6 +189,7 @@ def test_a_damaged_checkpoint_is_named_and_the_run_resumes_from_the_newest_intac
     assert checkpoint.damage(checkpoint.step_dir(out, 4)) is None  # rewritten whole
 
 
+@pytest.mark.slow  # ~25 s: make test-slow; make test keeps the write guard's checks (tests/test_faults.py) and this resume's kin above
 def test_a_checkpoint_write_that_fails_stops_the_run_and_its_resume_matches_uninterrupted(straight, uninterrupted, tmp_path):
     """Issue 51: the step-4 checkpoint's write fails (ENOSPC from a writer, tests/run_faults.py) in a run continued from
     step 2: exit status 5 with rlvr's words last, no staging folder left, step 2's checkpoint untouched; resume=auto then
