@@ -36,7 +36,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
-from rlvr import algo, chat, distributed, lora, settings, sharding
+from rlvr import algo, chat, distributed, flops, lora, settings, sharding
 from rlvr.batching import micro_batches, split_to
 from rlvr.config import AUTO, ConfigError
 from rlvr.lm_head import has_plain_head, response_logprobs
@@ -155,6 +155,8 @@ class Learner:
         elif with_reference:
             self.reference = self._build(compute_dtype, False).eval().requires_grad_(False)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # all, or the adapter's
+        self.shape = flops.Shape.of(self.model)
+        self.flops = 0  # the arithmetic of every update and logprob pass so far, all ranks' (rlvr.flops)
         # fused: one kernel over all parameters instead of a Python loop of per-tensor ops (CPU and CUDA since torch 2.4;
         # DTensor shards included): the built-in model's AdamW step takes 0.6 instead of 2.7 ms on 2 CPU cores
         fused = self.device.type in FUSED_OPTIMIZER_DEVICES
@@ -240,6 +242,7 @@ class Learner:
         """Response logprobs [N, T] under the policy (or the reference) at the sampling temperature (or `temperature`):
         each rank computes its rows, then all share. No dropout (LoRA's): these are the policy's probabilities, not a
         training forward's."""
+        self.flops += self.shape.forward(flops.lengths(batch.attention_mask))
         in_place = reference and self.reference is None  # LoRA: the policy's model, as the reference
         model = self.model if not reference or in_place else self.reference
         assert model is not None, "no reference model: kl_coef is 0"
@@ -292,6 +295,7 @@ class Learner:
         gradient over micro-batches and ranks is the mini-batch gradient whatever the micro-batch layout and world size.
         A non-finite gradient norm skips the optimizer step (`bad` = 1 in the metrics); the lr schedule still advances.
         """
+        self.flops += flops.UPDATE_PASSES * self.shape.forward(flops.lengths(batch.attention_mask))
         num_tokens = mask.sum()  # [] the same on every rank: each holds the whole mini-batch
         num_sequences = batch.num_rows
         num_units = algo.metric_units(mask, options.ratio).sum()  # [] what the clip statistics average over

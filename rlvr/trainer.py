@@ -62,6 +62,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
 
             # 5. Advantages (algo.advantage); overlong filtering removes truncated responses from the loss.
             part.now("the learner's update")
+            flops_before = learner.flops
             G = a.group_size
             advantages = algo.advantages(batch.rewards, G, a.advantage.value)  # [N]
             mask = batch.response_mask  # [N, T]
@@ -115,6 +116,8 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
                         )
                     )
             t_update = time.perf_counter()
+            metrics["perf/learner_gflop"] = (learner.flops - flops_before) / 1e9  # updates and logprob passes (rlvr.flops)
+            metrics["perf/learner_gflops_per_s"] = metrics["perf/learner_gflop"] / (t_update - t_rollout)
 
             # 8. Push the new weights into the engine (its prefix cache is reset there). A sleeping engine wakes its
             # weights, takes the new ones, then wakes its KV cache, into the memory the learner's allocator has just
