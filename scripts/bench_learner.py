@@ -89,6 +89,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # rlvr from this checkout, even where it is not installed (e.g. a lent GPU machine)
     sys.path.insert(0, str(REPO))
 
+from peak import measure as measure_peak  # noqa: E402
+from peak import share as peak_share  # noqa: E402
+
+from rlvr import flops  # noqa: E402
 from rlvr.types import Completion, RolloutBatch  # noqa: E402
 
 TINY_ASSETS = REPO / "rlvr" / "assets" / "tiny-arith"  # its tokenizer files also serve the random models
@@ -168,6 +172,18 @@ def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
     return out, time.perf_counter() - t0
 
 
+def machine_peak(args: argparse.Namespace) -> dict:
+    """This machine's matmul peak (scripts/peak.py) on the benchmark's threads, measured in this run (--smoke: briefly)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return measure_peak(args.threads, size=256 if args.smoke else 2048, seconds=0.1 if args.smoke else 1.0, device=device)
+
+
+def peak_words(machine: dict) -> str:
+    return (f"matmul peak on {machine['threads']} threads, measured here: fp32 {machine['float32']:.1f} GFLOP/s, bf16 "
+            f"{machine['bfloat16']:.1f} (update GFLOP/s: rlvr/flops.py's count, 6 x matmul params x real tokens + "
+            f"attention, over the median update; of peak: of the peak of the dtype the learner computes in)")
+
+
 def measure(
     model_path: str,
     *,
@@ -207,7 +223,9 @@ def measure(
     for _ in range(warmup):  # the first calls pay one-time costs (allocator, kernel choice, FSDP lazy init)
         learner.update(batch, advantages, mask, None, None, options=options)
     distributed.barrier()
+    flops_before = learner.flops
     old_logprobs, logprobs_s = timed(lambda: learner.logprobs(batch), device)  # [N, T]
+    logprobs_flops, flops_before = learner.flops - flops_before, learner.flops
     step_s, metrics = [], {}
     for _ in range(steps):
         distributed.barrier()  # every rank starts the clock together
@@ -215,6 +233,7 @@ def measure(
         step_s.append(seconds)
     update_s = statistics.median(step_s)
     response_tokens = int(mask.sum())
+    update_flops = (learner.flops - flops_before) / steps  # (rlvr.flops: 6 x matmul params x real tokens + attention)
     return {
         "rank": learner.rank,
         "world": learner.world_size,
@@ -235,6 +254,8 @@ def measure(
         "update_s_median": update_s,
         "response_tokens": response_tokens,
         "update_tokens_per_s": response_tokens / update_s,
+        "update_gflop": update_flops / 1e9,
+        "logprobs_gflop": logprobs_flops / 1e9,
         "memory_kind": "cuda_allocated" if device.type == "cuda" else "rss",
         "rss_start_mib": rss_start,
         "mem_after_build_mib": mem_after_build,
@@ -296,7 +317,14 @@ def launch(model: str, model_path: str, world: int, args: argparse.Namespace, tm
     return [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(world)]
 
 
-def table_row(model: str, ranks: list[dict]) -> str:
+def achieved(ranks: list[dict], peak: dict) -> tuple[float, float]:
+    """The update's rate (GFLOP/s, all ranks together, at the slowest rank's median) and its share of the peak of the
+    dtype the learner computes in."""
+    rate = ranks[0]["update_gflop"] / max(r["update_s_median"] for r in ranks)
+    return rate, peak_share(rate, peak, "bfloat16" if ranks[0]["precision"] == "bf16" else "float32")
+
+
+def table_row(model: str, ranks: list[dict], machine: dict) -> str:
     """One markdown row from every rank's numbers (time: the slowest rank's median; memory: each rank's)."""
     r0 = ranks[0]
     update_s = max(r["update_s_median"] for r in ranks)  # the ranks move in lockstep: the slowest sets the pace
@@ -307,11 +335,13 @@ def table_row(model: str, ranks: list[dict]) -> str:
     shape = f"{r0['rows']} x ({r0['prompt_len']}+{r0['response_len']})"
     model += f" LoRA r{r0['lora_rank']} ({r0['trained_params'] / 1e6:.2f}M trained)" if r0.get("lora_rank") else ""
     micro = f"{r0['micro_batch_rows']} / {r0['micro_batch_tokens']}; {r0['precision']}{', ckpt' if r0['activation_checkpointing'] else ''}"
+    rate, share = achieved(ranks, machine)
     return (f"| {model} | {r0['params'] / 1e6:.2f}M | {r0['world']} | {r0['threads']} | {shape} | {micro} | "
-            f"{update_s:.3f} | {r0['response_tokens'] / update_s:,.0f} | {logprobs_s:.3f} | {built} | {peak} | {increment} |")  # fmt: skip
+            f"{update_s:.3f} | {r0['response_tokens'] / update_s:,.0f} | {rate:.1f} | {share:.0%} | {logprobs_s:.3f} | "
+            f"{built} | {peak} | {increment} |")  # fmt: skip
 
 
-def summary_row(model: str, ranks: list[dict]) -> dict:
+def summary_row(model: str, ranks: list[dict], machine: dict) -> dict:
     """One measurement for the JSON line: the slowest rank's times, every rank's memory (MiB), the settings used."""
     r0 = ranks[0]
     update_s = max(r["update_s_median"] for r in ranks)
@@ -321,6 +351,8 @@ def summary_row(model: str, ranks: list[dict]) -> dict:
     return {"model": model, **{k: r0[k] for k in keys}, "update_s": update_s,
             "update_tokens_per_s": r0["response_tokens"] / update_s, "logprobs_s": max(r["logprobs_s"] for r in ranks),
             "mem_after_build_mib": [r["mem_after_build_mib"] for r in ranks], "peak_mib": [r["peak_mib"] for r in ranks],
+            "update_gflop": r0["update_gflop"], "update_gflops_per_s": achieved(ranks, machine)[0],
+            "peak_share": achieved(ranks, machine)[1],
             "pg_loss": r0["last_metrics"].get("pg_loss"), "grad_norm": r0["last_metrics"].get("grad_norm")}  # fmt: skip
 
 
@@ -445,7 +477,9 @@ def measure_naive(model_path: str, batch: RolloutBatch, advantages: torch.Tensor
         naive_update(model, optimizer, batch, advantages)
     _, logprobs_s = timed(lambda: naive_logprobs(model, batch), device)
     step_s = [timed(lambda: naive_update(model, optimizer, batch, advantages), device)[1] for _ in range(steps)]
+    update_flops = flops.UPDATE_PASSES * flops.Shape.of(model).forward(flops.lengths(batch.attention_mask))  # real tokens
     return {"settings": {"micro_batch_rows": NAIVE_MICRO_BATCH_ROWS, "precision": "fp32"}, "update_s": step_s,
+            "update_gflop": update_flops / 1e9,
             "logprobs_s": logprobs_s, "rss_after_build_mib": rss_after_build, **peak_memory(device)}  # fmt: skip
 
 
@@ -464,9 +498,11 @@ def measure_rlvr(model_path: str, batch: RolloutBatch, advantages: torch.Tensor,
     for _ in range(warmup):  # pi_old = pi_theta
         learner.update(batch, advantages, mask, None, None, options=options)
     old_logprobs, logprobs_s = timed(lambda: learner.logprobs(batch), learner.device)  # [N, T]
+    flops_before = learner.flops
     step_s = [timed(lambda: learner.update(batch, advantages, mask, old_logprobs, None, options=options),
                     learner.device)[1] for _ in range(steps)]  # fmt: skip
     result = {"settings": used_settings(cfg), "loss": options.kwargs(), "update_s": step_s, "logprobs_s": logprobs_s,
+              "update_gflop": (learner.flops - flops_before) / steps / 1e9,
               "rss_after_build_mib": rss_after_build, **peak_memory(learner.device)}  # fmt: skip
     distributed.shutdown()
     return result
@@ -515,6 +551,7 @@ def run_realistic(args: argparse.Namespace) -> None:
         vocab_size = cast(int, SMOLLM2_135M["vocab_size"])
         batch, advantages = realistic_batch(rows, vocab_size, response_max=response_max, seed=args.seed)  # [N, L], [N]
         print(length_summary(batch), file=sys.stderr, flush=True)
+        machine = machine_peak(args)  # before the measurements, on their threads
         save_batch(tmp / "batch.pt", batch, advantages)
         results = {}
         for mode in ("naive", "rlvr"):  # one after the other: never two measurements on the same cores
@@ -525,22 +562,29 @@ def run_realistic(args: argparse.Namespace) -> None:
             subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)  # its chatter to stderr: stdout is the report
             results[mode] = json.loads((tmp / f"{mode}.json").read_text())
     summary = realistic_summary(batch, results, rows=rows, threads=args.threads, device=device, layers=layers,
-                                response_max=response_max, args=args)  # fmt: skip
+                                response_max=response_max, args=args, machine=machine)  # fmt: skip
     print(realistic_table(summary, results), flush=True)
     if args.json:
         print(json.dumps(summary), flush=True)
 
 
 def realistic_summary(batch: RolloutBatch, results: dict, *, rows: int, threads: int, device: str, layers: int,
-                      response_max: int, args: argparse.Namespace) -> dict:  # fmt: skip
+                      response_max: int, args: argparse.Namespace, machine: dict) -> dict:  # fmt: skip
     """The JSON object: throughput (real tokens), memory and the settings of both measurements."""
     tokens = real_tokens(batch)
     naive, rlvr = results["naive"], results["rlvr"]
     update_s, naive_s = statistics.median(rlvr["update_s"]), statistics.median(naive["update_s"])
     increment = rlvr["peak_rss_mib"] - rlvr["rss_after_build_mib"]
     naive_increment = naive["peak_rss_mib"] - naive["rss_after_build_mib"]
+    dtype = "bfloat16" if rlvr["settings"]["precision"] == "bf16" else "float32"
+    rate, naive_rate = rlvr["update_gflop"] / update_s, naive["update_gflop"] / naive_s
     summary = {
         "update_tokens_per_s": tokens / update_s,
+        "update_gflops_per_s": rate,
+        "peak_share": peak_share(rate, machine, dtype),
+        "naive_update_gflops_per_s": naive_rate,
+        "naive_peak_share": peak_share(naive_rate, machine, "float32"),
+        "peak": machine,
         "naive_tokens_per_s": tokens / naive_s,
         "logprobs_tokens_per_s": tokens / rlvr["logprobs_s"],
         "naive_logprobs_tokens_per_s": tokens / naive["logprobs_s"],
@@ -588,14 +632,16 @@ def realistic_table(summary: dict, results: dict) -> str:
         f"device: {s['device']}; {s['threads']} threads; {s['num_hidden_layers']} layers; {s['rows']} rows, "
         f"{s['real_tokens']} real tokens ({s['padded_tokens']} padded); times: median of {s['steps']} updates after "
         f"{s['warmup']} warm-up; tokens/s count real tokens; memory: RSS, MiB\n",
-        "| implementation | update s (median) | update tokens/s | logprobs s | logprobs tokens/s | RSS after build | "
-        "peak RSS | peak - after build |",
-        "|---|---|---|---|---|---|---|---|",
+        f"{peak_words(s['peak'])}\n",
+        "| implementation | update s (median) | update tokens/s | update GFLOP/s | of peak | logprobs s | logprobs tokens/s | "
+        "RSS after build | peak RSS | peak - after build |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in ((f"naive (micro-batches of {NAIVE_MICRO_BATCH_ROWS} rows, full padding, fp32)", results["naive"]),
-                    (f"rlvr Learner ({settings})", results["rlvr"])):  # fmt: skip
+    for name, r, share in ((f"naive (micro-batches of {NAIVE_MICRO_BATCH_ROWS} rows, full padding, fp32)", results["naive"],
+                            s["naive_peak_share"]), (f"rlvr Learner ({settings})", results["rlvr"], s["peak_share"])):  # fmt: skip
         update_s = statistics.median(r["update_s"])
-        lines.append(f"| {name} | {update_s:.3f} | {s['real_tokens'] / update_s:,.0f} | {r['logprobs_s']:.3f} | "
+        lines.append(f"| {name} | {update_s:.3f} | {s['real_tokens'] / update_s:,.0f} | {r['update_gflop'] / update_s:.1f} | "
+                     f"{share:.0%} | {r['logprobs_s']:.3f} | "
                      f"{s['real_tokens'] / r['logprobs_s']:,.0f} | {r['rss_after_build_mib']:.0f} | {r['peak_rss_mib']:.0f} | "
                      f"{r['peak_rss_mib'] - r['rss_after_build_mib']:.0f} |")  # fmt: skip
     ratio = "n/a" if s["memory_ratio"] is None else f"{s['memory_ratio']:.2f}"
@@ -664,11 +710,13 @@ def main() -> None:
         cuda = torch.cuda.is_available()
         memory = "allocated" if cuda else "RSS"  # torch.cuda.max_memory_allocated, or the process's resident set
         device = torch.cuda.get_device_name() if cuda else f"CPU, {len(os.sched_getaffinity(0))} cores, no GPU"
+        machine = machine_peak(args)
         print(f"device: {device}; times: median of {args.steps} updates after {args.warmup} warm-up; memory per rank "
-              f"(r0 / r1), MiB{'' if cuda else '; peak RSS covers the whole process (checkpoint load included)'}\n")  # fmt: skip
+              f"(r0 / r1), MiB{'' if cuda else '; peak RSS covers the whole process (checkpoint load included)'}; "
+              f"{peak_words(machine)}\n")  # fmt: skip
         print(f"| model | params | world | threads/rank | rows x (prompt+response) | micro-batch rows / tokens; precision | update s (median) | "
-              f"update tokens/s | logprobs s | {memory} after build | peak {memory} | peak - after build |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+              f"update tokens/s | update GFLOP/s | of peak | logprobs s | {memory} after build | peak {memory} | peak - after build |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
         for model in args.models:
             if model == "tiny":
                 path = "builtin:tiny-arith"  # model.path as the recipes name it (the built-in model's own settings)
@@ -677,12 +725,12 @@ def main() -> None:
             for world in args.worlds:
                 ranks = launch(model, path, world, args, tmp)
                 results.append({"model": model, "world": world, "ranks": ranks})
-                print(table_row(model, ranks), flush=True)
+                print(table_row(model, ranks, machine), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
     if args.json:
-        print(json.dumps({"device": device, "steps": args.steps, "warmup": args.warmup, "smoke": args.smoke,
-                          "results": [summary_row(r["model"], r["ranks"]) for r in results]}), flush=True)  # fmt: skip
+        print(json.dumps({"device": device, "steps": args.steps, "warmup": args.warmup, "smoke": args.smoke, "peak": machine,
+                          "results": [summary_row(r["model"], r["ranks"], machine) for r in results]}), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ cores would be shared and every number would be wrong), then prints a markdown t
 held-out greedy accuracy at the start and the end, seconds from launch to the first evaluation at or above
 --target (0.90; the row's time/elapsed_s, engine start-up included; "-" when no evaluation reached it), wall-clock
 minutes from process start to exit, optimizer steps per second of the loop, and engine calls (rollout rounds) per
-step; then the per-seed numbers. Each run is `rlvr train` itself, so it starts as every run does. The last line of stdout
-is one JSON object: per recipe, the medians and the per-seed numbers (to_target_s null where no evaluation reached it).
+step, and the learner phase's arithmetic rate (the median step's perf/learner_gflops_per_s: rlvr/flops.py's count of its
+updates and logprob passes over timing/update_s) with its share of this machine's matmul peak in the dtype the run's
+learner computes in (settings.json), the peak measured first in the same command on the run's threads (scripts/peak.py);
+then the per-seed numbers. Each run is `rlvr train` itself, so it starts as every run does. The last line of stdout
+is one JSON object: the peak, and per recipe the medians and the per-seed numbers (to_target_s null where no evaluation
+reached it).
 --smoke: recipe dapo, seed 0, SMOKE overrides (1 step, evaluations before and after it on 64 held-out prompts). Not a test.
 """
 
@@ -18,16 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from peak import measure as measure_peak
+from peak import share as peak_share
+
 SMOKE = ["trainer.max_steps=1", "trainer.eval_every=1", "data.eval_size=64", "trainer.save_every=0"]
 
 
-def run_once(recipe: str, seed: int, out: Path, extra: list[str], target: float) -> dict[str, float]:
+def run_once(recipe: str, seed: int, out: Path, extra: list[str], target: float, peak: dict) -> dict[str, float]:
     folder = out / f"{recipe}-seed{seed}"
     t0 = time.monotonic()
     subprocess.run(
@@ -41,9 +49,13 @@ def run_once(recipe: str, seed: int, out: Path, extra: list[str], target: float)
     reached = [r["time/elapsed_s"] for r in evals if r["eval/accuracy"] >= target]
     steps = [r for r in rows if r["step"] > 0]
     loop_s = sum(r["timing/step_s"] for r in steps)
+    learner = statistics.median(r["perf/learner_gflops_per_s"] for r in steps if "perf/learner_gflops_per_s" in r)
+    precision = json.loads((folder / "settings.json").read_text())["settings"]["precision"]
     return {"start": evals[0]["eval/accuracy"], "end": evals[-1]["eval/accuracy"],
             "to_target_s": reached[0] if reached else math.inf, "minutes": wall / 60,
-            "steps_per_s": len(steps) / loop_s, "rounds": statistics.mean(r.get("sampling/rounds", 1) for r in steps)}
+            "steps_per_s": len(steps) / loop_s, "rounds": statistics.mean(r.get("sampling/rounds", 1) for r in steps),
+            "learner_gflops_per_s": learner,
+            "peak_share": peak_share(learner, peak, "bfloat16" if precision == "bf16" else "float32")}
 
 
 def seconds(value: float) -> str:
@@ -63,18 +75,24 @@ def main() -> None:
         args.recipes, args.seeds, args.overrides = ["dapo"], [0], [*SMOKE, *args.overrides]
     out = Path(args.out)
     target = f"s to {args.target:.2f}"
-    print(f"| recipe | start acc | end acc | {target} | minutes | steps/s | rounds/step | end acc per seed | {target} per seed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    peak = measure_peak(len(os.sched_getaffinity(0)), size=256 if args.smoke else 2048, seconds=0.1 if args.smoke else 1.0)
+    print(f"matmul peak on {peak['threads']} threads, measured here: fp32 {peak['float32']:.1f} GFLOP/s, bf16 "
+          f"{peak['bfloat16']:.1f}\n")  # fmt: skip
+    print(f"| recipe | start acc | end acc | {target} | minutes | steps/s | rounds/step | learner GFLOP/s | of peak | "
+          f"end acc per seed | {target} per seed |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     summary = {}
     for recipe in args.recipes:
-        results = [run_once(recipe, s, out, args.overrides, args.target) for s in args.seeds]
+        results = [run_once(recipe, s, out, args.overrides, args.target, peak) for s in args.seeds]
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
         per_seed = ", ".join(f"{r['end']:.3f}" for r in results)
         per_seed_s = ", ".join(seconds(r["to_target_s"]) for r in results)
         print(f"| {recipe} | {med['start']:.3f} | {med['end']:.3f} | {seconds(med['to_target_s'])} | {med['minutes']:.2f} | "
-              f"{med['steps_per_s']:.2f} | {med['rounds']:.2f} | {per_seed} | {per_seed_s} |", flush=True)
+              f"{med['steps_per_s']:.2f} | {med['rounds']:.2f} | {med['learner_gflops_per_s']:.1f} | {med['peak_share']:.0%} | "
+              f"{per_seed} | {per_seed_s} |", flush=True)
         summary[recipe] = {"median": finite(med), "seeds": dict(zip(map(str, args.seeds), map(finite, results)))}
-    print(json.dumps({"target": args.target, "smoke": args.smoke, "overrides": args.overrides, "recipes": summary}), flush=True)
+    print(json.dumps({"target": args.target, "smoke": args.smoke, "overrides": args.overrides, "peak": peak,
+                      "recipes": summary}), flush=True)  # fmt: skip
 
 
 def finite(row: dict[str, float]) -> dict[str, float | None]:

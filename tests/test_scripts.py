@@ -93,6 +93,9 @@ def test_bench_learner_smoke(tmp_path):
     """make bench-learner's code at a smoke size: the built-in model in worlds 1 (the plain module) and 2 (FSDP2)."""
     out = run_script("bench_learner.py", "--smoke", "--json", cwd=tmp_path)
     assert out["smoke"] is True and [r["world"] for r in out["results"]] == [1, 2]
+    assert positive(out["peak"]["float32"]) and positive(out["peak"]["bfloat16"]) and out["peak"]["threads"] == 2
+    # the built-in model (4 layers, width 128, 1,061,248 matmul weights), 8 rows of 16 real tokens: rlvr.flops' count
+    expected = 3 * 8 * (2 * 1_061_248 * 16 + 2 * 4 * 128 * 16 * 17) / 1e9
     for r in out["results"]:
         assert positive(r["update_tokens_per_s"]) and positive(r["update_s"]) and positive(r["logprobs_s"])
         assert len(r["peak_mib"]) == r["world"] and all(positive(x) for x in r["peak_mib"] + r["mem_after_build_mib"])
@@ -100,6 +103,8 @@ def test_bench_learner_smoke(tmp_path):
         assert r["precision"] == "fp32"  # the built-in model's own setting, wherever it runs
         assert r["sharded"] is (r["world"] > 1)
         assert r["params"] == r["trained_params"] > 0
+        assert r["update_gflop"] == pytest.approx(expected, rel=1e-12)  # every rank counts the whole mini-batch
+        assert r["update_gflops_per_s"] == pytest.approx(expected / r["update_s"]) and 0 < r["peak_share"] < 1.5
     one, two = out["results"]
     assert one["pg_loss"] == pytest.approx(two["pg_loss"], rel=1e-4, abs=1e-6)  # the same update, over 1 or 2 ranks
     assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-4)
@@ -110,8 +115,10 @@ def test_bench_learner_realistic_smoke(tmp_path):
     """make bench-learner-realistic's code at a smoke size (2 layers, 8 rows): its JSON line's keys (the Makefile's)."""
     out = run_script("bench_learner.py", "--realistic", "--smoke", "--json", cwd=tmp_path)
     for key in ("update_tokens_per_s", "naive_tokens_per_s", "logprobs_tokens_per_s", "peak_rss_mb", "naive_peak_rss_mb",
-                "speedup", "real_tokens", "padded_tokens"):  # fmt: skip
+                "speedup", "real_tokens", "padded_tokens", "update_gflops_per_s", "naive_update_gflops_per_s", "peak_share",
+                "naive_peak_share"):  # fmt: skip
         assert positive(out[key]), (key, out[key])
+    assert out["update_gflops_per_s"] / out["naive_update_gflops_per_s"] == pytest.approx(out["speedup"])  # the same count
     assert out["smoke"] is True and out["rows"] == 8 and out["num_hidden_layers"] == 2
     assert isinstance(out["micro_batch_tokens"], int) and out["micro_batch_tokens"] > 0  # trainer.micro_batch_tokens=auto, resolved
     assert isinstance(out["logits_chunk_tokens"], int) and out["logits_chunk_tokens"] > 0
@@ -185,7 +192,8 @@ def test_bench_main_job_smoke(tmp_path):
     out = run_script("bench_main_job.py", "--smoke", "--out", str(tmp_path / "bench"), cwd=tmp_path, timeout=420)
     assert out["smoke"] is True and set(out["recipes"]) == {"dapo"}
     median = out["recipes"]["dapo"]["median"]
-    assert set(median) == {"start", "end", "to_target_s", "minutes", "steps_per_s", "rounds"}
+    assert set(median) == {"start", "end", "to_target_s", "minutes", "steps_per_s", "rounds", "learner_gflops_per_s", "peak_share"}
+    assert positive(median["learner_gflops_per_s"]) and 0 < median["peak_share"] < 1.5 and positive(out["peak"]["float32"])
     assert 0 <= median["start"] <= 1 and 0 <= median["end"] <= 1
     assert positive(median["minutes"]) and positive(median["steps_per_s"]) and median["rounds"] >= 1
     assert median["to_target_s"] is None or positive(median["to_target_s"])
