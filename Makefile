@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PYTEST_ARGS ?=
 
-.PHONY: install browser sandbox demo test test-slow lint bench bench-peer bench-real bench-learner bench-learner-realistic gpu-check gpu-check-cpu model config-reference mutation clean
+.PHONY: install browser sandbox demo test test-slow lint bench profile bench-peer bench-real bench-learner bench-learner-realistic gpu-check gpu-check-cpu model config-reference mutation clean
 
 install: $(VENV)/.installed
 
@@ -77,6 +77,10 @@ lint: install
 
 bench: install
 	$(PY) scripts/bench_main_job.py
+
+# Where the built-in model's update spends its time (torch.profiler, by kind of op), against this machine's matmul peak.
+profile: install
+	$(PY) scripts/profile_update.py
 
 # The main job's peer side by side: TRL 1.16's GRPOTrainer on the same model, task, evaluation and hyperparameters,
 # seconds to 0.90 for seeds 0 and 1 (~10 min). trl is installed into the venv here only (--no-deps: its dependencies

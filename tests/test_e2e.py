@@ -77,6 +77,12 @@ def test_recipe_runs_two_steps_and_writes_outputs(runs, recipe):
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert {s["step"] for s in samples} == {0, 2} and all(s["kind"] == "eval" for s in samples)  # evaluations only
     assert samples[0]["prompt"].endswith("=") and samples[0]["completion"].endswith("<eos>")  # plain text, as the model saw it
+    for row in [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]:
+        if row.get("skipped"):  # (no informative group: no update)
+            continue
+        # rlvr.flops' count of the step's updates (16 prompts x 8 answers of at least 2 tokens, 3 passes) and its rate
+        assert row["perf/learner_gflop"] >= 3 * 2 * 1_061_248 * 128 * 2 / 1e9, row
+        assert row["perf/learner_gflops_per_s"] * row["timing/update_s"] == pytest.approx(row["perf/learner_gflop"], rel=0.05)
 
 
 def test_saved_model_loads_in_transformers_and_vllm(runs):

@@ -33,7 +33,7 @@ ELSEWHERE = {
 }
 TESTED_HERE = {"bench_main_job.py", "bench_learner.py", "bench_verifiers.py", "bench_code.py", "bench_real_model.py",
                "bench_peer_trl.py", "measure_memory.py", "build_tiny_model.py", "make_sums.py", "bench_push.py",
-               "bench_sync_gap.py"}  # fmt: skip
+               "bench_sync_gap.py", "peak.py", "profile_update.py"}  # fmt: skip
 
 
 def run_script(name: str, *args: str, cwd: Path, timeout: float = 240) -> dict:
@@ -125,6 +125,24 @@ def test_bench_learner_realistic_smoke(tmp_path):
     assert out["precision"] in ("fp32", "bf16") and isinstance(out["activation_checkpointing"], bool)
     assert out["loss"]["ratio"] == "token" and out["loss"]["aggregation"] == "token_mean"  # the recipe's (DAPO)
     assert (out["loss"]["clip_low"], out["loss"]["clip_high"]) == (0.2, 0.28) and out["loss"]["max_len"] == out["response_max"]
+
+
+def test_peak_smoke(tmp_path):
+    """scripts/peak.py: both dtypes' matmul rates on 1 thread, the size shrunk where one call would take too long."""
+    out = run_script("peak.py", "--threads", "1", "--size", "256", "--seconds", "0.05", cwd=tmp_path, timeout=120)
+    assert out["threads"] == 1 and out["device"] == "cpu" and positive(out["float32"]) and positive(out["bfloat16"])
+    assert set(out["sizes"]) == {"float32", "bfloat16"} and all(64 <= n <= 256 for n in out["sizes"].values())
+
+
+@pytest.mark.slow  # (~15 s: make test-slow, which CI runs too)
+def test_profile_update_smoke(tmp_path):
+    """scripts/profile_update.py at a smoke size: the kinds add up to the profiled time; the count is rlvr.flops'."""
+    out = run_script("profile_update.py", "--smoke", "--json", cwd=tmp_path)
+    assert out["smoke"] is True and out["rows"] == 4 and out["precision"] == "fp32"
+    assert sum(out["kinds_ms"].values()) == pytest.approx(out["profiled_ms"], rel=1e-6)  # (the kinds fit in the wall time)
+    assert out["kinds_ms"]["matmul"] > 0 and out["ops"][0]["ms"] >= out["ops"][-1]["ms"]
+    assert out["gflop"] == pytest.approx(3 * 4 * (2 * 1_061_248 * 11 + 2 * 4 * 128 * 11 * 12) / 1e9, rel=1e-12)
+    assert out["gflops_per_s"] == pytest.approx(out["gflop"] / out["update_ms"] * 1e3) and 0 < out["peak_share"] < 1.5
 
 
 @pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
