@@ -204,9 +204,15 @@ def resolve_resume(resume: str, out: Path) -> Path | None:
     raise ConfigError(f"trainer.resume '{resume}' {why}{hint}")
 
 
+def newest_intact(out: Path) -> Path | None:
+    """The newest complete checkpoint whose files are as written (what a stopped run names as the one to continue
+    from: a damaged newer one, left by an earlier fallback, is not)."""
+    return next((folder for folder in reversed(list_complete(out)) if damage(folder) is None), None)
+
+
 def _newest_intact(out: Path) -> Path | None:
-    """The newest complete checkpoint whose files are as written; each damaged newer one said (a warning naming its
-    file and the steps redone); ConfigError when checkpoints exist and none is intact."""
+    """newest_intact, each damaged newer one said (a warning naming its file and the steps redone); ConfigError when
+    checkpoints exist and none is intact."""
     from rlvr import console
 
     found = list_complete(out)

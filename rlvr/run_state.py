@@ -123,7 +123,7 @@ class _Write:
             why = f"writing {self.what} failed: {type(error).__name__}: {said.splitlines()[0][:200] if said else ''}{where}"
             if self.full:
                 why += f"; the filesystem of {self.out} ({checkpoint.mount_point(self.out)}) is full"
-        newest = checkpoint.latest(self.out)
+        newest = checkpoint.newest_intact(self.out)
         raise RunStopped(
             f"{why}. Nothing of it was kept; the newest checkpoint, {newest or 'none yet'}, is untouched. Free space "
             f"there, keep fewer checkpoints (trainer.keep_last={self.keep_last}) or choose another trainer.output_dir, "
@@ -172,7 +172,7 @@ class Part:
         oom = isinstance(error, (MemoryError, torch.OutOfMemoryError))
         hint = (" (out of memory: lower trainer.micro_batch_tokens or rollout.gpu_memory_utilization, or set "
                 "trainer.activation_checkpointing=true; `rlvr plan` shows what fits)") if oom else ""  # fmt: skip
-        newest = checkpoint.latest(out)
+        newest = checkpoint.newest_intact(out)
         where = f"continue from it with trainer.resume=auto trainer.output_dir={out}" if newest else "no checkpoint was written yet"
         return RunStopped(f"step {self.step}: {self.name} failed: {type(error).__name__}: {str(error)[:300]}{hint}. The "
                           f"newest checkpoint, {newest or 'none'}, is intact; {where}", exit_code=PART_FAILED)  # fmt: skip

@@ -158,7 +158,7 @@ def train(cfg: Config, recipe: str | None = None) -> Path:
             logger.log({"step": step, **metrics, **clock.row()})
             logger.samples(eval_samples)
             if counters["bad_in_a_row"] >= t.max_bad_steps:
-                newest = checkpoint.latest(out)
+                newest = checkpoint.newest_intact(out)
                 raise RunStopped(
                     f"stopping at step {step}: {counters['bad_in_a_row']} steps in a row had a non-finite loss or gradient norm "
                     f"(trainer.max_bad_steps={t.max_bad_steps}); their updates were skipped. The newest good checkpoint is "

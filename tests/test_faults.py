@@ -337,6 +337,10 @@ def test_a_failing_part_is_named_with_its_step_and_where_to_continue(tmp_path) -
                                 "memory: lower trainer.micro_batch_tokens")  # fmt: skip
     assert str(stop).endswith(f"The newest checkpoint, {ck.step_dir(tmp_path, 6)}, is intact; continue from it with "
                               f"trainer.resume=auto trainer.output_dir={tmp_path}")  # fmt: skip
+    committed(tmp_path, 8)
+    (ck.step_dir(tmp_path, 8) / "trainer_state.pt").write_bytes(b"")  # damaged: a run that fell back past it, then failed
+    assert ck.latest(tmp_path) == ck.step_dir(tmp_path, 8) and ck.newest_intact(tmp_path) == ck.step_dir(tmp_path, 6)
+    assert f"The newest checkpoint, {ck.step_dir(tmp_path, 6)}, is intact" in str(part.failed(RuntimeError("x"), tmp_path))
 
 
 # --- the real loop, through the CLI ----------------------------------------------------------------------------------------
