@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 from rlvr.config import AnswerExtract, DataConfig, LongPrompts, PromptFormat, Task
 from rlvr.models import resolve_model_path
 from rlvr.prompts import render
+from rlvr.settings import DeviceSpec
 from rlvr.types import Example, RolloutBatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -137,6 +138,10 @@ def test_gsm_like_gym_task_evaluates_and_shows_plain_gold_answers(rlvr_cli, tmp_
 
 @pytest.mark.slow
 @pytest.mark.real
+@pytest.mark.skipif(not torch.cuda.is_available() and not DeviceSpec.detect().bf16,
+                    reason="no bf16 hardware (AVX512-BF16 or AMX): bf16 matmuls run at ~1.3 GFLOP/s on such a CPU (a Zen 3, "
+                           "scripts/peak.py), so these 4 SmolLM2 steps would take over an hour (measured: step 1 unfinished "
+                           "after 15 minutes)")  # fmt: skip
 def test_a_bf16_learner_and_its_engine_keep_computing_one_policy(rlvr_cli, tmp_path, sums_file):
     """Issue 45: with a bf16 CPU's defaults (trainer.precision=bf16 said outright, so that a CPU without bf16 runs the
     same pair of dtypes) the packaged SmolLM2, 8% of whose weights sit on bf16 rounding midpoints, trains 4 steps with
