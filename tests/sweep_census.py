@@ -1,6 +1,7 @@
 """`python tests/sweep_census.py train -m ...` is `rlvr train -m ...` that, once each job's start-up is done (its
 engine, learner and verifier workers built), appends to $RLVR_CENSUS one JSON line counting what is alive in the
-process: vLLM engines, learners, verifier pools (and the job's own) and worker processes. The input of the sweep-teardown test."""
+process: vLLM engines, learners, verifier pools (and the job's own) and worker processes. With RLVR_FAIL_FIRST_LOGGER
+set, the first job's metrics logger, built last in the start-up, raises. The input of the sweep-teardown test."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import weakref
 
 from vllm import LLM
 
-from rlvr import startup, trainer
+from rlvr import metrics, startup, trainer
 from rlvr.cli import entry
 from rlvr.learner import Learner
 from rlvr.verifiers.pool import VerifierPool
@@ -50,6 +51,18 @@ def _rss_kib() -> int:
     return 0
 
 
+_real_logger_init = metrics.MetricsLogger.__init__
+_loggers: list[bool] = []
+
+
+def failing_first_logger(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    _loggers.append(True)
+    if os.environ.get("RLVR_FAIL_FIRST_LOGGER") and len(_loggers) == 1:
+        raise RuntimeError("the first job's logger failed (injected)")
+    _real_logger_init(self, *args, **kwargs)
+
+
+metrics.MetricsLogger.__init__ = failing_first_logger  # type: ignore[method-assign]
 _registering(LLM)
 _registering(Learner)
 _registering(VerifierPool)
