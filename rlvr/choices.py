@@ -63,6 +63,7 @@ class Task(str, enum.Enum):
     gym = "gym"  # a reasoning-gym procedural dataset: data.name, scored by its own score_answer
     code = "code"  # programs scored by running their tests: data.name = functions (rlvr's own) | humaneval
     calc = "calc"  # the built-in tool task: exact arithmetic that is hard in one's head and easy in Python
+    env = "env"  # prompts for an environment without a dataset (rollout.env, data.env_id): the episode is the task
 
 
 class PromptFormat(str, enum.Enum):
@@ -128,6 +129,7 @@ class VerifierName(str, enum.Enum):
     countdown = "countdown"
     gym = "gym"  # reasoning-gym's score_answer on the <answer> tag; correct only at score 1.0
     code = "code"  # the completion's last ```python block run against the row's tests, in a sandbox
+    none = "none"  # no verifier: the reward is the environment's return (rollout.env)
 
 
 class ToolName(str, enum.Enum):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlvr import algo, distributed, multiturn, sample_log, thinking
+from rlvr import algo, distributed, envs, multiturn, sample_log, thinking
 from rlvr.config import AlgoConfig, Config, FilterMetric, RoundSize
 from rlvr.data import PromptStream
 from rlvr.metrics import split_lengths
@@ -93,7 +93,7 @@ def collect(
     first_round: list[dict[str, Any]] = []
     sampled: list[Completion] = []  # every completion of every round (the tool and thinking metrics)
     splits: list[thinking.Split] = []  # what the verifier read of each, beside `sampled`
-    tools_s = multiturn.tool_seconds(engine)
+    tools_s, env_s = multiturn.tool_seconds(engine), multiturn.env_seconds(engine)
     for round_ in range(rounds):
         if len(kept) >= B or drawn >= rounds * B:
             break
@@ -110,6 +110,7 @@ def collect(
             top_p=r.top_p,
             seeds=[s & 0x7FFFFFFF for s in seeds[mine]],
             stop=r.stop,
+            **multiturn.episode_args(engine, examples[mine]),  # rollout.env: each answer an episode of its own
         )
         scores = rewarder.score([c for g in local for c in g], [ex.answer for ex in examples[mine] for _ in range(G)],
                                 [ex.think for ex in examples[mine] for _ in range(G)])  # fmt: skip
@@ -168,6 +169,9 @@ def collect(
     if multiturn.uses_tools(engine):  # rollout.tools: calls per answer, failures, their time
         metrics.update(multiturn.metrics("tools/", sampled))
         metrics["timing/tools_s"] = multiturn.tool_seconds(engine) - tools_s
+    if multiturn.uses_env(engine):  # rollout.env: turns, returns, successes, errors, the environments' time
+        metrics.update(envs.metrics("env/", [c.episode for c in sampled if c.episode is not None],
+                                    multiturn.env_seconds(engine) - env_s))  # fmt: skip
     if sizer.adaptive and estimate is not None:
         metrics["sampling/informative_frac_estimate"] = estimate
     for key in ("verifier/timeouts", "verifier/errors"):  # counts over all rounds, not means

@@ -105,6 +105,9 @@ class RolloutConfig:
     tools: list[str] = MISSING  # tools the model may call while it answers (rlvr.tools): python, package.module:function
     max_turns: int = MISSING  # tool calls per answer, at most
     tool: ToolConfig = field(default_factory=ToolConfig)  # the python tool's sandbox, limits and instruction
+    env: str | None = MISSING  # "package.module:make": every answer an episode of its own environment (rlvr.envs); null = none
+    env_options: dict[str, Any] | None = MISSING  # keyword arguments of every make call; null = none
+    env_timeout_s: float = MISSING  # wall-clock seconds of one reset, step or close
 
 
 @dataclass
@@ -148,6 +151,7 @@ class DataConfig:
     seed: int = MISSING  # task=gym: generator seed (held-out examples use another, derived from it)
     options: dict[str, Any] | None = MISSING  # task=gym: the dataset's own options; null = its defaults
     tests_key: str | None = MISSING  # task=file: the column with each row's tests (a code dataset); null = answers
+    env_id: str | None = MISSING  # task=env: the environment each prompt is an episode of (textarena's game id)
 
 
 @dataclass
@@ -359,6 +363,11 @@ def check_tools(r: RolloutConfig) -> None:
         if name not in names and ":" not in str(name):
             raise ConfigError(f"rollout.tools: unknown tool {name!r}; the tools are {names}, or your own functions by "
                               f"import path (e.g. rollout.tools=[python,mypkg.tools:lookup])")  # fmt: skip
+    if r.env is not None and (":" not in str(r.env) or r.max_turns < 1 or not r.env_timeout_s > 0 or r.tool.output_tokens < 48):
+        raise ConfigError(f"rollout.env names an environment's factory as package.module:function, with rollout.max_turns "
+                          f">= 1 (the model's turns in an episode), rollout.env_timeout_s > 0 and rollout.tool.output_tokens "
+                          f">= 48 (an observation's cap); got env={r.env!r}, max_turns={r.max_turns}, env_timeout_s="
+                          f"{r.env_timeout_s}, output_tokens={r.tool.output_tokens}")  # fmt: skip
     if len(set(r.tools)) != len(r.tools):
         raise ConfigError(f"rollout.tools names a tool twice: {list(r.tools)}")
     t = r.tool
@@ -453,6 +462,11 @@ def check(cfg: Config) -> None:
         raise ConfigError("data.path must name a dataset file (or a hub dataset id) when data.task=file")
     if cfg.data.task is Task.gym and not cfg.data.name:
         raise ConfigError("data.name must name a reasoning-gym dataset (e.g. chain_sum) when data.task=gym")
+    if cfg.data.task is Task.env and r.env is None:
+        raise ConfigError("data.task=env gives prompts for an environment: set rollout.env (e.g. "
+                          "rollout.env=rlvr.envs.textarena:make data.env_id=GuessTheNumber-v0)")  # fmt: skip
+    if cfg.reward.verifier is VerifierName.none and r.env is None:
+        raise ConfigError("reward.verifier=none leaves the reward to an environment's returns: set rollout.env")
     if cfg.data.task is Task.code and cfg.data.name not in CODE_TASKS:
         raise ConfigError(f"data.name must be one of {', '.join(CODE_TASKS)} when data.task=code, got {cfg.data.name!r}")
     c = cfg.reward.code

@@ -48,6 +48,8 @@ def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierNa
         from rlvr.tasks import calc
 
         return (*calc.examples(size=cfg.size, eval_size=cfg.eval_size, seed=cfg.seed, options=cfg.options), VerifierName.math)
+    if cfg.task is Task.env:  # prompts for an environment without a dataset: each one episode of data.env_id
+        return env_examples(cfg.env_id, cfg.size, 0), env_examples(cfg.env_id, cfg.eval_size, cfg.size), VerifierName.none
     if cfg.task is Task.file:
         assert cfg.path, "config.check requires data.path when data.task=file"
         examples = read_examples(cfg.path, "data.path", cfg)
@@ -62,6 +64,14 @@ def load_task(cfg: DataConfig) -> tuple[list[Example], list[Example], VerifierNa
             )
         return examples[: -cfg.eval_size], examples[-cfg.eval_size :], verifier
     raise AssertionError(f"unhandled task {cfg.task}")
+
+
+def env_examples(env_id: str | None, size: int, start: int) -> list[Example]:
+    """`size` prompts for an environment (data=env), numbered from `start` (held-out ones after the training ones):
+    each names data.env_id as its prompt (the environment's first observation takes its place) and carries it, and its
+    number, to the environment's factory (`env_id`, `index`)."""
+    name = env_id or "env"
+    return [Example(f"{name}:{i}", name, "", extra=(("env_id", env_id), ("index", i))) for i in range(start, start + size)]
 
 
 def read_examples(path: str, key: str, cfg: DataConfig) -> list[Example]:

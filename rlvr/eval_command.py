@@ -122,11 +122,15 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
             console.detail(note)
     torch.set_num_threads(cfg.trainer.torch_threads)
     _, eval_set, task_verifier, max_model_len, dropped = prompts.load(cfg, model_path, verbose=distributed.is_main())
-    multiturn.check(cfg)  # the tools' functions import, their sandbox works
     rewarder = Rewarder(cfg.reward, cfg.algo, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
+    try:  # the tools' functions import, their sandbox works; the environment makes one with reset and step
+        multiturn.check(cfg, eval_set[0], rewarder.verifier_name)
+    except ConfigError:
+        rewarder.close()
+        raise
     try:  # the verifier must read the held-out gold answers before any model loads (rlvr.gold); every rank checks
         gold_note = gold.startup_note(eval_set, rewarder.gold_check(), cfg.reward.gold_check, cfg.trainer.seed,
-                                     **rewarder.gold_options)
+                                     rewarder.gold_unchecked, **rewarder.gold_options)
     except ConfigError:
         rewarder.close()
         raise
@@ -134,7 +138,7 @@ def run(raw: DictConfig, overrides: list[str]) -> Path:
         console.say(f"rlvr eval: {len(eval_set):,} held-out prompts; {gold_note}")
     engine = Engine.from_config(model_path, cfg, max_model_len)
     start = time.perf_counter()
-    sampler = multiturn.sampler(engine, cfg)  # with rollout.tools (a tools run's config), answers of several turns
+    sampler = multiturn.sampler(engine, cfg, rewarder.verifier_name)  # rollout.tools / rollout.env: several turns
     try:
         metrics, rows = evaluate(sampler, eval_set, rewarder, cfg, None if target is None else target.step, every_row=True)
     finally:

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from rlvr import distributed, multiturn, sample_log
+from rlvr import distributed, envs, multiturn, sample_log
 from rlvr.config import Config
+from rlvr.envs import EpisodeRecord
 from rlvr.metrics import split_lengths
 from rlvr.rewards import Rewarder
 from rlvr.types import Completion, Example
@@ -54,6 +55,7 @@ class Scored:
     calls: int = 0  # tool calls (rollout.tools)
     failed_calls: int = 0  # of them: error, timeout, limit
     unclosed: bool = False  # a thinking answer whose block never closed: no answer (rlvr.thinking)
+    episode: EpisodeRecord | None = None  # its environment's episode (rollout.env)
 
 
 def length_stats(prefix: str, scored: list[Scored]) -> dict[str, float]:
@@ -84,16 +86,25 @@ def tool_rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
             f"{prefix}tool_failed_call_frac": sum(s.failed_calls for s in scored) / max(calls, 1)}  # fmt: skip
 
 
+def env_rates(prefix: str, scored: list[Scored]) -> dict[str, float]:
+    """The episodes' turns, returns, successes and errors (rollout.env), as training's env/* (rlvr.envs.metrics)."""
+    records = [s.episode for s in scored if s.episode is not None]
+    return {k: v for k, v in envs.metrics(prefix, records, 0.0).items() if not k.endswith("step_s")}
+
+
 def summarize(
     greedy: list[Scored], sampled: list[list[Scored]], details: tuple[str, ...] = (), tools: bool = False
 ) -> dict[str, float]:
     """The eval/* metrics of a held-out set: `greedy` has one answer per prompt; `sampled` n per prompt, or is empty;
-    `details`: the verifier's details, whose shares are split out (rates); with `tools`, the tool-call rates too."""
+    `details`: the verifier's details, whose shares are split out (rates); with `tools`, the tool-call rates too; with
+    episodes (rollout.env), their rates (`eval/env_*`)."""
+    episodes = any(s.episode is not None for s in greedy)
     metrics = {
         "eval/accuracy": sum(s.correct for s in greedy) / len(greedy),
         **rates("eval/", greedy, details),
         **length_stats("eval/response_length", greedy),
         **(tool_rates("eval/", greedy) if tools else {}),
+        **(env_rates("eval/env_", greedy) if episodes else {}),
     }
     if sampled:
         n = len(sampled[0])
@@ -105,6 +116,7 @@ def summarize(
         metrics.update(rates("eval/sampled_", flat, details))
         metrics.update(length_stats("eval/sampled_response_length", flat))
         metrics.update(tool_rates("eval/sampled_", flat) if tools else {})
+        metrics.update(env_rates("eval/sampled_env_", flat) if episodes else {})
     return metrics
 
 
@@ -122,19 +134,22 @@ def evaluate(
     places = list(range(index, len(examples), engines))
     mine = [examples[i] for i in places]
     prompts = [x.prompt_ids for x in mine]
-    greedy = engine.greedy(prompts, max_tokens=r.max_new_tokens, stop=r.stop)
+    episodes = multiturn.episode_args(engine, mine)  # rollout.env: each answer an episode
+    greedy = engine.greedy(prompts, max_tokens=r.max_new_tokens, stop=r.stop, **episodes)
     sampled: list[list[Completion]] = []
     if e.n:
         seeds = [int(np.random.SeedSequence([e.seed, i]).generate_state(1)[0]) & 0x7FFFFFFF for i in places]
         sampled = engine.generate(prompts, n=e.n, max_tokens=r.max_new_tokens, temperature=e.temperature,
-                                  top_p=e.top_p, seeds=seeds, stop=r.stop)  # fmt: skip
+                                  top_p=e.top_p, seeds=seeds, stop=r.stop, **episodes)  # fmt: skip
     flat = greedy + [c for answers in sampled for c in answers]
     answers = [x.answer for x in mine] + [x.answer for x in mine for _ in range(e.n)]
     splits = rewarder.grade(flat, [x.think for x in mine] + [x.think for x in mine for _ in range(e.n)])  # rlvr.thinking
     results, details = rewarder.judge([s.answer for s in splits], answers, [s.thoughts for s in splits])
-    scored = [Scored(rewarder.is_correct(res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, c.generated,
+    if rewarder.env_only:  # reward.verifier=none: the episodes' returns, no verifier
+        results = rewarder.env_results(flat)
+    scored = [Scored(rewarder.answered_right(c, res), res is Outcome.NO_ANSWER, res is Outcome.TIMEOUT, c.generated,
                      c.finish_reason == "length", detail, len(c.calls), sum(call.status != "ok" for call in c.calls),
-                     split.unclosed)
+                     split.unclosed, c.episode)
               for c, res, detail, split in zip(flat, results, details, splits)]  # fmt: skip
     local = {"places": places, "greedy": scored[: len(mine)],
              "sampled": [scored[len(mine) + i * e.n : len(mine) + (i + 1) * e.n] for i in range(len(mine))]}  # fmt: skip

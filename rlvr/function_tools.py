@@ -111,16 +111,19 @@ class ChatFrame:
     with marks in place of the contents), so every template's own layout holds: Qwen's <tool_response> blocks inside
     one user turn, a `tool` role of its own in ChatML."""
 
-    def __init__(self, tokenizer: Any, schemas: list[dict], max_results: int = 1, template_kwargs: dict | None = None) -> None:
+    def __init__(self, tokenizer: Any, schemas: list[dict], max_results: int = 1, template_kwargs: dict | None = None,
+                 *, role: str = "tool", key: str = "rollout.tools") -> None:  # fmt: skip
         self.tokenizer = tokenizer
         self.schemas = schemas
         self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs: as the prompts were rendered
+        self.role = role  # "tool": a function's results; "user": an environment's observation (rlvr.envs)
+        self.key = key  # the config key an error names
         self._around: dict[int, list[str]] = {}
         # every number of results one turn may show (rollout.max_turns calls at most): a template that renders one
         # tool message but refuses two in a row (roles that must alternate) fails here, before any model loads
         for n in range(1, max_results + 1):
             self.around(n, max_results)
-        if "<tool_call>" in getattr(tokenizer, "all_special_tokens", []):
+        if role == "tool" and "<tool_call>" in getattr(tokenizer, "all_special_tokens", []):
             raise ConfigError("rollout.tools: the tokenizer has <tool_call> as a special token, which the engine leaves "
                               "out of the text calls are read from")  # fmt: skip
 
@@ -129,29 +132,30 @@ class ChatFrame:
         if n not in self._around:
             marks = [_RESULT_MARK.format(i) for i in range(n)]
             conversation = [{"role": "user", "content": "RLVR_QUESTION_MARK"}, {"role": "assistant", "content": _ANSWER_MARK},
-                            *({"role": "tool", "content": m} for m in marks)]  # fmt: skip
-            what = "a function's result" + ("" if n == 1 else f" when one turn makes {n} calls ({n} results, 'tool' messages in a row")
+                            *({"role": self.role, "content": m} for m in marks)]  # fmt: skip
+            key, result = self.key, "a function's result" if self.role == "tool" else "an environment's observation"
+            what = result + ("" if n == 1 else f" when one turn makes {n} calls ({n} results, 'tool' messages in a row")
             allows = "" if n == 1 else f"; rollout.max_turns={max_results} allows {max_results} calls in one turn)"
             try:
                 text = self.tokenizer.apply_chat_template(conversation, tools=self.schemas or None, add_generation_prompt=True,
                                                           tokenize=False, **self.template_kwargs)  # fmt: skip
             except Exception as e:  # jinja's errors, a template's raise_exception
-                raise ConfigError(f"rollout.tools: the model's chat template cannot render {what}{allows} (a 'tool' "
+                raise ConfigError(f"{key}: the model's chat template cannot render {what}{allows} (a {self.role!r} "
                                   f"message after the assistant's): {type(e).__name__}: {e}") from None  # fmt: skip
             positions = [text.find(m) for m in (_ANSWER_MARK, *marks)]
             if min(positions) < 0 or positions != sorted(positions):
-                raise ConfigError("rollout.tools: the model's chat template leaves out, rewrites (e.g. quotes them as "
-                                  "JSON) or reorders tool results, so rlvr cannot show a function's result as the "
-                                  "template would")  # fmt: skip
+                raise ConfigError(f"{key}: the model's chat template leaves out, rewrites (e.g. quotes them as "
+                                  f"JSON) or reorders {self.role} messages, so rlvr cannot show {result} as the "
+                                  f"template would")  # fmt: skip
             after = text[positions[0] + len(_ANSWER_MARK) :]
             eos = self.tokenizer.eos_token or ""
             if not eos or not after.startswith(eos):
-                raise ConfigError(f"rollout.tools: the model's chat template ends an assistant message with "
+                raise ConfigError(f"{key}: the model's chat template ends an assistant message with "
                                   f"{after[:20]!r}, not with the token the model ends its turns with ({eos!r}); "
-                                  f"function tools need the two to be the same")  # fmt: skip
+                                  f"{'function tools' if self.role == 'tool' else 'environments'} need the two to be the same")  # fmt: skip
             pieces = re.split("|".join(map(re.escape, marks)), after[len(eos) :])
             if len(pieces) != n + 1:
-                raise ConfigError(f"rollout.tools: the model's chat template shows a tool result more than once "
+                raise ConfigError(f"{key}: the model's chat template shows a {self.role} message more than once "
                                   f"({len(pieces) - 1} places for {n}), so rlvr cannot show it as the template would")  # fmt: skip
             self._around[n] = pieces
         return self._around[n]

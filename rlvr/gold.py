@@ -111,11 +111,11 @@ def require(examples: Sequence[Example], check_gold: Callable[[str], Outcome | N
 
 
 def startup_note(examples: Sequence[Example], check_gold: Callable[[str], Outcome | None] | None, threshold: float,
-                 seed: int, **options: int) -> str:  # fmt: skip
-    """Run the check as reward.gold_check says (`check_gold` None: a user reward.fn, not checked); the start-up
-    summary's words for it, e.g. "gold answers 100.0% readable"."""
+                 seed: int, unchecked: str = "reward.fn is a user function", **options: int) -> str:  # fmt: skip
+    """Run the check as reward.gold_check says (`check_gold` None: nothing to check, for the reason `unchecked`); the
+    start-up summary's words for it, e.g. "gold answers 100.0% readable"."""
     if check_gold is None:
-        return "gold answers not checked (reward.fn is a user function)"
+        return f"gold answers not checked ({unchecked})"
     if threshold == 0:
         return "gold answers not checked (reward.gold_check=0)"
     result = require(examples, check_gold, threshold, seed, **options)

@@ -22,19 +22,22 @@ rollout.max_turns allows ends its answer at that call's closing fence (`hit_max_
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
+import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rlvr import chat, function_tools, thinking, tools
+from rlvr import chat, envs, function_tools, thinking, tools
 from rlvr.config import CodeSandbox, Config
 from rlvr.rollout import Engine
-from rlvr.tools import PythonLimits, PythonTool, Tool, ToolResult
-from rlvr.types import Completion, ToolCall
+from rlvr.tools import Piece, PythonLimits, PythonTool, Tool, ToolResult
+from rlvr.types import Completion, Example, ToolCall
 
 MAX_FENCE_TURNS = 16  # turns of one answer ended by a fence that held no call; past it the answer ends there
 CUT_MARKER = "\n[output cut: {shown} of {total} tokens shown]"
@@ -62,6 +65,10 @@ class _Answer:
     fence_turns: int = 0
     hit_max_turns: bool = False
     opened_at: list[int] = field(default_factory=list)  # places in `text` where a tool frame opened a thinking block
+    episode: envs.Episode | None = None  # its environment's episode (rollout.env)
+    since_obs: str = ""  # the model's text since the environment's last observation: the action of its next step
+    env_turn: bool = False  # its turn ended and holds no tool call: the environment steps on it
+    segments: list[list[Any]] = field(default_factory=list)  # [who, count] runs of `ids` (Completion.segments)
 
     @property
     def left(self) -> int:
@@ -70,19 +77,32 @@ class _Answer:
     def end(self, finish: str) -> None:
         self.finish, self.running, self.waiting_on = finish, False, None
 
+    @property
+    def in_episode(self) -> bool:
+        return self.episode is not None and not self.episode.done
+
+    def _extend(self, who: str, ids: list[int]) -> None:
+        self.ids += ids
+        self.from_model += [who == "model"] * len(ids)
+        if ids and self.segments and self.segments[-1][0] == who:
+            self.segments[-1][1] += len(ids)
+        elif ids:
+            self.segments.append([who, len(ids)])
+
     def take(self, turn: Completion, tool_stops: set[str], user_stops: set[str], turn_end_id: int | None) -> None:
         """Append a turn the engine sampled; decide whether the answer ended or waits on a tool (`turn_end_id`: a tool
         reads calls in turns the model ends itself with this token, the chat template's end of turn; a turn that
-        stopped at another stop token, e.g. another EOS id of the generation config, ends the answer)."""
+        stopped at another stop token, e.g. another EOS id of the generation config, ends the answer) or on its
+        environment (any turn the model ended itself, in an episode still going)."""
         n = len(turn.token_ids)
-        self.ids += turn.token_ids
-        self.from_model += [True] * n
+        self._extend("model", turn.token_ids)
         self.logprobs += list(turn.engine_logprobs[:n]) + [0.0] * (n - len(turn.engine_logprobs[:n]))
         text = turn.text
         if turn.stop_string in user_stops and turn.stop_string not in tool_stops and text.endswith(turn.stop_string):
             text = text[: -len(turn.stop_string)]  # as without tools: a user's stop string is not in the text
         self.text += text
         self.since_call += text
+        self.since_obs += text
         self.stop_string = turn.stop_string
         # the engine's finish reason, as without tools: vLLM checks stop conditions before the length, so an end of turn
         # on the budget's last token is "stop" (a call there finds no room for its output: _serve_tools ends it "length")
@@ -92,44 +112,74 @@ class _Answer:
             self.waiting_on = turn.stop_string
         elif turn_end_id is not None and turn.stop_string is None and turn.token_ids[-1:] == [turn_end_id]:
             self.waiting_on = TURN_END
+        elif self.in_episode:
+            self.env_turn = True
         else:
             self.end("stop")
 
-    def add_output(self, ids: list[int]) -> None:
-        self.ids += ids
-        self.from_model += [False] * len(ids)
+    def ended_turn(self) -> None:
+        """Its turn ended and held no call: the environment steps on it, or (none) the answer ends."""
+        if self.in_episode:
+            self.env_turn = True
+        else:
+            self.end("stop")
+
+    def add_output(self, ids: list[int], who: str = "tool") -> None:
+        self._extend(who, ids)
         self.logprobs += [0.0] * len(ids)
         self.since_call = ""
+        if who == "env":
+            self.since_obs = ""
 
     def completion(self, sampled: bool) -> Completion:
         return Completion(prompt_ids=self.prompt_ids, token_ids=self.ids, text=self.text, finish_reason=self.finish,
                           engine_logprobs=self.logprobs if sampled else [], stop_string=self.stop_string,
                           from_model=self.from_model, calls=tuple(self.calls), hit_max_turns=self.hit_max_turns,
-                          think_opened_at=tuple(self.opened_at))  # fmt: skip
+                          think_opened_at=tuple(self.opened_at), segments=tuple((w, c) for w, c in self.segments),
+                          episode=None if self.episode is None else self.episode.record())  # fmt: skip
+
+
+@dataclass
+class EnvSetup:
+    """What the driver needs of rollout.env (rlvr.envs): the factory and its options, the frame an observation is shown
+    in, how a first observation becomes the prompt, and the limits."""
+
+    factory: Callable[..., Any]
+    options: dict[str, Any]
+    timeout_s: float  # rollout.env_timeout_s, per reset, step and close
+    frame: function_tools.ChatFrame | None  # the chat template's user message after the model's turn; None: plain text
+    render: Callable[[Example, str], list[int]]  # an example with `observation` as its prompt -> the prompt's ids
+    prompt_budget: int  # the most tokens of a prompt (what the engine's context leaves after the answer's)
+    verifier: str | None = None  # the task's verifier name, in each example handed to the factory
 
 
 class ToolSampler:
-    """The engine with tools: `generate` and `greedy` as Engine's, each answer written over several turns."""
+    """The engine with tools, an environment, or both: `generate` and `greedy` as Engine's, each answer written over
+    several turns."""
 
     def __init__(self, engine: Engine, tools: list[Tool], *, max_turns: int, output_tokens: int, workers: int,
-                 think_tags: tuple[str, str] = thinking.DEFAULT_TAGS) -> None:  # fmt: skip
+                 think_tags: tuple[str, str] = thinking.DEFAULT_TAGS, env: EnvSetup | None = None) -> None:  # fmt: skip
         self.engine = engine
         self.think_tags = think_tags  # a frame that ends inside such a block starts a thinking turn (rlvr.thinking)
         self.tools = tools
+        self.env = env
         self.max_turns = max_turns
         self.output_tokens = output_tokens
         self.workers = workers
         self.tokenizer = engine.tokenizer
         self._added = _added_tokens(self.tokenizer)
         self.tool_seconds = 0.0  # wall time spent waiting on tool calls, summed over the sampler's life
+        self.env_seconds = 0.0  # wall time spent waiting on environments (reset, step, close), summed likewise
 
     def close(self) -> None:
         """Stop what the tools keep running (the function tools' worker processes)."""
         for tool in self.tools:
             getattr(tool, "close", lambda: None)()
 
-    def greedy(self, prompts: list[tuple[int, ...]], *, max_tokens: int, stop: list[str]) -> list[Completion]:
-        return [g[0] for g in self.generate(prompts, n=1, max_tokens=max_tokens, temperature=0.0, top_p=1.0, seeds=None, stop=stop)]
+    def greedy(self, prompts: list[tuple[int, ...]], *, max_tokens: int, stop: list[str],
+               examples: list[Example] | None = None) -> list[Completion]:  # fmt: skip
+        return [g[0] for g in self.generate(prompts, n=1, max_tokens=max_tokens, temperature=0.0, top_p=1.0, seeds=None,
+                                            stop=stop, examples=examples)]  # fmt: skip
 
     def generate(
         self,
@@ -141,35 +191,151 @@ class ToolSampler:
         top_p: float,
         seeds: list[int] | None,
         stop: list[str],
+        examples: list[Example] | None = None,
     ) -> list[list[Completion]]:
         """`n` answers per prompt, as Engine.generate. The first turn is one engine call with the prompts' seeds (as
-        without tools); a continuation's seed derives from (the prompt's seed, the sample, the turn)."""
+        without tools); a continuation's seed derives from (the prompt's seed, the sample, the turn). With an
+        environment (`examples`: the prompts' examples) every answer is an episode of its own environment, reset with
+        its prompt's seed (greedy: one derived from the example's id), whose first observation may replace the prompt;
+        the first turn is then one engine call of n=1 per answer, seeded from (the prompt's seed, the sample)."""
         tool_stops = {s for tool in self.tools for s in tool.stop}
         turn_end_id = self.tokenizer.eos_token_id if any(tool.turn_end for tool in self.tools) else None
         user_stops = set(stop)
         stops = list(dict.fromkeys([*stop, *tool_stops]))
         answers = [[_Answer(list(p), max_tokens, None if seeds is None else seeds[i]) for _ in range(n)]
                    for i, p in enumerate(prompts)]  # fmt: skip
-        first = self.engine.generate(prompts, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                                     seeds=seeds, stop=stops, keep_stop=True)  # fmt: skip
-        for group, turns in zip(answers, first, strict=True):
-            for answer, turn in zip(group, turns, strict=True):
-                answer.take(turn, tool_stops, user_stops, turn_end_id)
         flat = [(a, j) for group in answers for j, a in enumerate(group)]
+        if self.env is None:
+            first = self.engine.generate(prompts, n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                                         seeds=seeds, stop=stops, keep_stop=True)  # fmt: skip
+            for group, turns in zip(answers, first, strict=True):
+                for answer, turn in zip(group, turns, strict=True):
+                    answer.take(turn, tool_stops, user_stops, turn_end_id)
+        else:
+            assert examples is not None and len(examples) == len(prompts), "an environment needs the prompts' examples"
+            self._start_episodes(answers, examples, seeds)
+            going = [(a, j) for a, j in flat if a.running]
+            outs = self.engine.generate([tuple(a.prompt_ids) for a, _ in going], n=1, max_tokens=max_tokens,
+                                        temperature=temperature, top_p=top_p, seeds=_seeds(going, 0, seeds),
+                                        stop=stops, keep_stop=True) if going else []  # fmt: skip
+            for (answer, _), (turn,) in zip(going, outs, strict=True):
+                answer.take(turn, tool_stops, user_stops, turn_end_id)
         for turn_number in range(1, 10**9):
             self._serve_tools([a for a, _ in flat if a.waiting_on is not None])
+            self._serve_env([a for a, _ in flat if a.env_turn])
             going = [(a, j) for a, j in flat if a.running]
             if not going:
                 break
-            next_seeds = None if seeds is None else [
-                int(np.random.SeedSequence([a.seed or 0, j, turn_number]).generate_state(1)[0]) & 0x7FFFFFFF for a, j in going
-            ]  # fmt: skip
             outs = self.engine.generate([tuple(a.prompt_ids + a.ids) for a, _ in going], n=1,
                                         max_tokens=[a.left for a, _ in going], temperature=temperature, top_p=top_p,
-                                        seeds=next_seeds, stop=stops, keep_stop=True)  # fmt: skip
+                                        seeds=_seeds(going, turn_number, seeds), stop=stops, keep_stop=True)  # fmt: skip
             for (answer, _), (turn,) in zip(going, outs, strict=True):
                 answer.take(turn, tool_stops, user_stops, turn_end_id)
+        if self.env is not None:
+            self._end_episodes([a for a, _ in flat])
         return [[a.completion(sampled=temperature > 0) for a in group] for group in answers]
+
+    def _start_episodes(self, answers: list[list[_Answer]], examples: list[Example], seeds: list[int] | None) -> None:
+        """One environment per answer, reset (all at once) with its prompt's seed; a first observation becomes the
+        answer's prompt. An episode whose make or reset fails, or whose first observation is over the prompt budget,
+        ends there: the answer is empty, its episode records why."""
+        env = self.env
+        assert env is not None
+        for i, (group, example) in enumerate(zip(answers, examples, strict=True)):
+            seed = seeds[i] if seeds is not None else zlib.crc32(example.id.encode()) & 0x7FFFFFFF
+            row = example.row(env.verifier)
+            for answer in group:
+                answer.episode = envs.start(env.factory, row, env.options, seed)
+        live = [(a, ex) for group, ex in zip(answers, examples, strict=True) for a in group if a.in_episode]
+        start = time.monotonic()
+        results = envs.run_all([functools.partial(a.episode.env.reset, seed=a.episode.seed) for a, _ in live], env.timeout_s)  # type: ignore[union-attr]
+        self.env_seconds += time.monotonic() - start
+        for (answer, example), (value, error, seconds) in zip(live, results, strict=True):
+            episode = answer.episode
+            assert episode is not None
+            episode.seconds += seconds
+            try:
+                if error is not None:
+                    raise envs.EnvError(error)
+                observation, episode.info = envs.reset_result(value)
+                if observation is not None:
+                    ids = env.render(example, observation)
+                    if len(ids) > env.prompt_budget:
+                        raise envs.EnvError(f"its first observation makes a prompt of {len(ids)} tokens, over the "
+                                            f"{env.prompt_budget} the engine's context leaves before the answer")  # fmt: skip
+                    answer.prompt_ids = list(ids)
+            except envs.EnvError as e:
+                episode.finish("error", f"reset: {e}")
+        for group in answers:
+            for answer in group:
+                if not answer.in_episode:
+                    answer.end("stop")  # nothing sampled: its environment failed before the first turn
+
+    def _serve_env(self, waiting: list[_Answer]) -> None:
+        """Every answer whose turn ended in an episode still going: its environment steps on the turn's text (all
+        at once); the observation is shown as the template's next user message and the model goes on, or the episode
+        (and the answer) ends: terminated, truncated, rollout.max_turns steps, an error, or no room left."""
+        if not waiting:
+            return
+        env = self.env
+        assert env is not None
+        for answer in waiting:
+            answer.env_turn = False
+        start = time.monotonic()
+        results = envs.run_all([functools.partial(a.episode.env.step, a.since_obs) for a in waiting], env.timeout_s)  # type: ignore[union-attr]
+        self.env_seconds += time.monotonic() - start
+        for answer, (value, error, seconds) in zip(waiting, results, strict=True):
+            episode = answer.episode
+            assert episode is not None
+            episode.seconds += seconds
+            try:
+                if error is not None:
+                    raise envs.EnvError(error)
+                step = envs.step_result(value)
+            except envs.EnvError as e:
+                episode.finish("error", f"step {len(episode.rewards) + 1}: {e}")
+                answer.end("stop")
+                continue
+            episode.rewards.append(step.reward)
+            episode.info = step.info
+            episode.terminated = step.terminated
+            if step.terminated or step.truncated or len(episode.rewards) >= self.max_turns:
+                episode.finish("terminated" if step.terminated else "truncated" if step.truncated else "max_turns")
+                answer.end("stop")
+                continue
+            ended_on_eos = answer.ids[-1:] == [self.tokenizer.eos_token_id]
+            shown = self._output_ids(functools.partial(self._observation_frame, ended_on_eos=ended_on_eos),
+                                     [step.observation or ""], answer.left)  # fmt: skip
+            if shown is None:  # not even a cut observation fits: the answer ends here
+                episode.finish("length")
+                answer.end("length")
+                continue
+            self._append(answer, *shown, "env")
+            if not answer.running:
+                episode.finish("length")
+
+    def _observation_frame(self, outputs: list[str], *, ended_on_eos: bool) -> list[Piece]:
+        """An observation as the model is shown it: the chat template's user message after the model's turn and the
+        next assistant header (its end-of-turn token left out where the model sampled it), or the text alone (plain)."""
+        (observation,) = outputs
+        frame = self.env.frame if self.env is not None else None
+        if frame is None:
+            return [(observation, False)]
+        before, after = frame.around(1)
+        eos = getattr(self.tokenizer, "eos_token", None) or ""
+        pieces = [(before if ended_on_eos else eos + before, True), (observation, False), (after, True)]
+        return [p for p in pieces if p[0]]
+
+    def _end_episodes(self, answers: list[_Answer]) -> None:
+        """Close every environment (all at once); an episode still going ends with its answer (length, or the model
+        stopped without a turn the environment steps on)."""
+        episodes = [a.episode for a in answers if a.episode is not None]
+        for answer in answers:
+            if answer.in_episode:
+                answer.episode.finish("length" if answer.finish == "length" else "model")  # type: ignore[union-attr]
+        start = time.monotonic()
+        envs.close_all(episodes, self.env.timeout_s if self.env is not None else 0.0)
+        self.env_seconds += time.monotonic() - start
 
     def _serve_tools(self, waiting: list[_Answer]) -> None:
         """Every answer whose turn may hold calls: run them (every call of every answer in parallel) and append what
@@ -182,7 +348,9 @@ class ToolSampler:
                           for r in [t.parse(answer.since_call)] if r), None)  # fmt: skip
             if found is None:
                 answer.fence_turns += 1
-                if stop == TURN_END or answer.fence_turns > MAX_FENCE_TURNS:
+                if stop == TURN_END:
+                    answer.ended_turn()
+                elif answer.fence_turns > MAX_FENCE_TURNS:
                     answer.end("stop")
                 elif answer.left <= 0:  # a fence with no call, on the budget's last token: without tools, "length"
                     answer.end("length")
@@ -201,18 +369,21 @@ class ToolSampler:
         for answer, tool, requests in jobs:
             turn = [next(results) for _ in requests]
             answer.calls += [ToolCall(tool.name, q, r.output, r.status, r.seconds) for q, r in zip(requests, turn, strict=True)]
-            shown = self._output_ids(tool, [r.output for r in turn], answer.left)
+            shown = self._output_ids(tool.format, [r.output for r in turn], answer.left)
             if shown is None:  # not even cut outputs fit: the answer ends here
                 answer.end("length")
                 continue
-            ids, markup = shown
-            answer.add_output(ids)
-            if thinking.prompt_state(markup, self.think_tags, getattr(self.tokenizer, "eos_token", None)) is thinking.State.OPEN:
-                answer.opened_at.append(len(answer.text))  # the frame opened a block (QwQ's): the next turn thinks
-            if answer.left <= 0:
-                answer.end("length")
+            self._append(answer, *shown, "tool")
 
-    def _output_ids(self, tool: Tool, outputs: list[str], left: int) -> tuple[list[int], str] | None:
+    def _append(self, answer: _Answer, ids: list[int], markup: str, who: str) -> None:
+        """Show the answer a frame (a tool's outputs, an observation) and let it go on, if any room is left."""
+        answer.add_output(ids, who)
+        if thinking.prompt_state(markup, self.think_tags, getattr(self.tokenizer, "eos_token", None)) is thinking.State.OPEN:
+            answer.opened_at.append(len(answer.text))  # the frame opened a block (QwQ's): the next turn thinks
+        if answer.left <= 0:
+            answer.end("length")
+
+    def _output_ids(self, format: Callable[[list[str]], list[Piece]], outputs: list[str], left: int) -> tuple[list[int], str] | None:
         """The ids of what the model is shown after a turn's calls, encoded once, and the frame's markup text: each
         output cut to rollout.tool.output_tokens, then the longest ones further until all fits in what is left of the
         answer's budget (each keeps its first tokens, then a marker); None when no cut fits."""
@@ -222,7 +393,7 @@ class ToolSampler:
             shown = [self._cut(output, body, cap) for output, body, cap in zip(outputs, bodies, caps, strict=True)]
             if None in shown:
                 return None
-            pieces = tool.format(shown)  # type: ignore[arg-type]
+            pieces = format(shown)  # type: ignore[arg-type]
             ids = [i for text, markup in pieces for i in self._encode(text, markup)]
             excess = len(ids) - left
             if excess <= 0:
@@ -267,6 +438,13 @@ def _added_tokens(tokenizer: Any) -> re.Pattern[str] | None:
     return re.compile("(?=" + "|".join(map(re.escape, added)) + ")") if added else None
 
 
+def _seeds(going: list[tuple[_Answer, int]], turn: int, seeds: list[int] | None) -> list[int] | None:
+    """The seeds of one engine call over answers still going: each from (its prompt's seed, its sample, the turn)."""
+    if seeds is None:
+        return None
+    return [int(np.random.SeedSequence([a.seed or 0, j, turn]).generate_state(1)[0]) & 0x7FFFFFFF for a, j in going]
+
+
 def _call(tool: Tool, request: str, answer: _Answer) -> ToolResult:
     """One call; a tool that raises costs this answer an error output, never the run. The output is made valid text
     here, for every tool: a lone surrogate (a JSON escape such as "\\udcff" in the call, a surrogateescape-decoded
@@ -283,11 +461,14 @@ def _call(tool: Tool, request: str, answer: _Answer) -> ToolResult:
 Sampler = Engine | ToolSampler  # what rlvr.collect and rlvr.evaluation sample from
 
 
-def check(cfg: Config) -> None:
+def check(cfg: Config, example: Example | None = None, verifier: str | None = None) -> None:
     """Before any model loads: the functions rollout.tools names import and can be described, and the python tool's
-    sandbox works (ConfigError naming the entry, the package or the kernel setting)."""
+    sandbox works (ConfigError naming the entry, the package or the kernel setting); rollout.env's factory imports and
+    makes, for `example` (the first training example), an environment with reset and step (rlvr.envs)."""
     function_tools.load(list(cfg.rollout.tools))
     tools.check(list(cfg.rollout.tools), cfg.rollout.tool.sandbox is CodeSandbox.bwrap)
+    if cfg.rollout.env is not None and example is not None:
+        envs.check(cfg.rollout.env, example.row(verifier), dict(cfg.rollout.env_options or {}))
 
 
 def build(names: list[str], limits: PythonLimits, tokenizer: Any, *, max_calls: int = 1, workers: int = 1,
@@ -303,24 +484,49 @@ def build(names: list[str], limits: PythonLimits, tokenizer: Any, *, max_calls: 
     return built
 
 
-def sampler(engine: Engine, cfg: Config) -> Sampler:
-    """The engine itself (rollout.tools empty: single-turn answers, as always), or the engine with the tools."""
+def sampler(engine: Engine, cfg: Config, verifier: str | None = None) -> Sampler:
+    """The engine itself (rollout.tools empty and no rollout.env: single-turn answers, as always), or the engine with
+    the tools and the environment (`verifier`: the task's verifier name, told to the environment's factory)."""
+    from rlvr import prompts
+
     r = cfg.rollout
-    if not r.tools:
+    if not r.tools and r.env is None:
         return engine
     t = r.tool
     limits = PythonLimits(cpu_s=t.cpu_s, wall_s=t.timeout_s, memory_mb=t.memory_mb, sandbox=t.sandbox is CodeSandbox.bwrap)
     tokenizer = chat.use_template(engine.tokenizer, chat.read_template(cfg.model.chat_template))  # as the prompts'
-    built = build(list(r.tools), limits, tokenizer, max_calls=r.max_turns, workers=t.workers,
-                  template_kwargs=chat.template_kwargs(cfg.data.chat_template_kwargs))  # fmt: skip
+    kwargs = chat.template_kwargs(cfg.data.chat_template_kwargs)
+    built = build(list(r.tools), limits, tokenizer, max_calls=r.max_turns, workers=t.workers, template_kwargs=kwargs)
+    env = None
+    if r.env is not None:
+        chat_turns = prompts.chat_format(cfg.data.format, tokenizer)
+        frame = function_tools.ChatFrame(tokenizer, [], 1, kwargs, role="user", key="rollout.env") if chat_turns else None
+        budget = getattr(engine, "max_model_len", 1 << 30) - r.max_new_tokens
+        env = EnvSetup(envs.load(r.env), dict(r.env_options or {}), r.env_timeout_s, frame, prompts.renderer(cfg, tokenizer),
+                       budget, verifier)  # fmt: skip
     return ToolSampler(engine, built, max_turns=r.max_turns, output_tokens=t.output_tokens, workers=t.workers,
-                       think_tags=(cfg.reward.think_tags[0], cfg.reward.think_tags[1]))  # fmt: skip
+                       think_tags=(cfg.reward.think_tags[0], cfg.reward.think_tags[1]), env=env)  # fmt: skip
 
 
 def uses_tools(sampler: Sampler) -> bool:
     """Whether answers are written with tools (rollout.tools): the one place that asks, for the loop, the evaluation
     and the teardown."""
-    return isinstance(sampler, ToolSampler)
+    return isinstance(sampler, ToolSampler) and bool(sampler.tools)
+
+
+def uses_env(sampler: Sampler) -> bool:
+    """Whether answers are episodes of an environment (rollout.env)."""
+    return isinstance(sampler, ToolSampler) and sampler.env is not None
+
+
+def episode_args(sampler: Sampler, examples: list[Example]) -> dict[str, Any]:
+    """What generate and greedy take besides the prompts: their examples, when answers are episodes (rollout.env)."""
+    return {"examples": examples} if uses_env(sampler) else {}
+
+
+def env_seconds(sampler: Sampler) -> float:
+    """The wall time the sampler has spent waiting on environments so far (0 without one)."""
+    return sampler.env_seconds if isinstance(sampler, ToolSampler) else 0.0
 
 
 def tool_seconds(sampler: Sampler) -> float:
@@ -345,6 +551,7 @@ def metrics(prefix: str, completions: list[Completion]) -> dict[str, float]:
         f"{prefix}failed_calls_per_answer": sum(c.status != "ok" for c in calls) / n,
         f"{prefix}max_turns_frac": sum(a.hit_max_turns for a in completions) / n,
         f"{prefix}call_s": sum(c.seconds for c in calls),
-        f"{prefix}output_tokens_per_answer": sum(len(a.token_ids) - a.generated for a in completions) / n,
+        f"{prefix}output_tokens_per_answer": sum(len(a.token_ids) - a.generated - sum(k for w, k in a.segments if w == "env")
+                                                 for a in completions) / n,
     }
 

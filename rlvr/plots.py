@@ -71,6 +71,8 @@ PLOTS = (
     Plot("kept_groups", "Kept groups (dynamic sampling)", "sampling/kept_group_frac", _one("sampling/kept_group_frac")),
     Plot("tool_calls", "Tool calls per answer (rollout.tools)", "calls",
          (("tools/calls_per_answer", "-", "all calls"), ("tools/failed_calls_per_answer", "--", "failed"))),
+    Plot("env_turns", "Turns per episode (rollout.env)", "env/turns_per_episode", _one("env/turns_per_episode")),
+    Plot("env_success", "Episodes that succeeded (rollout.env)", "env/success_frac", _one("env/success_frac")),
 )
 # drawn when evaluations sampled several answers per prompt (eval/pass@k)
 PASS_AT_K = Plot("pass_at_k", "pass@k at the last evaluation", "eval/pass@k", _one("eval/pass@k"), evals=True, x="k")

@@ -21,6 +21,7 @@ Each prompt also gets its thinking state here, once (rlvr.thinking.prompt_state)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from rlvr import chat, console, function_tools, memory, thinking
@@ -173,9 +174,25 @@ def load(
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
     tokenizer = chat.use_template(AutoTokenizer.from_pretrained(model_path), chat.read_template(cfg.model.chat_template))
     train_set, eval_set, max_model_len, dropped = prepare(
-        train_set, eval_set, tokenizer, context, cfg.data, cfg.rollout.max_new_tokens,
-        verbose=verbose, instruction=cfg.rollout.tool.instruction if "python" in cfg.rollout.tools else None,
-        tools=function_tools.load(list(cfg.rollout.tools))[1] or None, max_calls=cfg.rollout.max_turns,
-        think_tags=(cfg.reward.think_tags[0], cfg.reward.think_tags[1]),
+        train_set, eval_set, tokenizer, context, cfg.data, cfg.rollout.max_new_tokens, verbose=verbose, **_render_options(cfg)
     )
     return train_set, eval_set, task_verifier, max_model_len, dropped
+
+
+def _render_options(cfg: Config) -> dict[str, Any]:
+    """render's options for this run: the python tool's instruction, the function tools' schemas, the thinking tags."""
+    return {"instruction": cfg.rollout.tool.instruction if "python" in cfg.rollout.tools else None,
+            "tools": function_tools.load(list(cfg.rollout.tools))[1] or None, "max_calls": cfg.rollout.max_turns,
+            "think_tags": (cfg.reward.think_tags[0], cfg.reward.think_tags[1])}  # fmt: skip
+
+
+def renderer(cfg: Config, tokenizer: Any) -> Callable[[Example, str], list[int]]:
+    """(example, text) -> the ids of the example's prompt with `text` as its user message, rendered as every prompt of
+    the run is (an environment's first observation, rlvr.envs: a chat row's own messages give way to it)."""
+    options = _render_options(cfg)
+
+    def render_one(example: Example, text: str) -> list[int]:
+        changed = dataclasses.replace(example, prompt=text, messages=None, prompt_ids=())
+        return list(render([changed], tokenizer, cfg.data, **options)[0].prompt_ids)
+
+    return render_one

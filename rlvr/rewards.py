@@ -74,7 +74,10 @@ class Rewarder:
     def __init__(self, cfg: RewardConfig, algo_cfg: AlgoConfig, *, max_len: int, task_verifier: VerifierName):
         self.cfg, self.algo, self.max_len = cfg, algo_cfg, max_len
         verifier = task_verifier if cfg.verifier is VerifierName.task else cfg.verifier
-        spec = VERIFIERS[verifier] if cfg.fn is None else None
+        self.env_only = verifier is VerifierName.none and cfg.fn is None  # the environment's return is the reward
+        self.verifier_name = verifier.value if cfg.fn is None else "fn"  # told to an environment's factory (rlvr.envs)
+        self.gold_unchecked = "reward.verifier=none: the environment's return is the reward" if self.env_only else "reward.fn is a user function"
+        spec = VERIFIERS[verifier] if cfg.fn is None and not self.env_only else None
         name = cfg.fn if spec is None else verifier.value
         if cfg.partial and (spec is None or spec.score is None):
             raise ConfigError(f"reward.partial=true needs a verifier that gives partial credit (gym, with data=gym); this "
@@ -84,7 +87,7 @@ class Rewarder:
                               f"verifier is {name}: set reward.extract=null")  # fmt: skip
         self.think, self.think_tags = cfg.think is ThinkMode.auto, (cfg.think_tags[0], cfg.think_tags[1])
         primary: str | Callable = str(cfg.fn) if spec is None else str(spec.score) if cfg.partial else spec.verify
-        if spec is None:  # a user function with a `thoughts` parameter gets them too
+        if spec is None and not self.env_only:  # a user function with a `thoughts` parameter gets them too
             primary = _with_thoughts(str(cfg.fn), "reward.fn")
         self.details: tuple[str, ...] = ()  # the judge's details, counted in reward/detail/<detail>
         if spec is not None and spec.judge is not None:
@@ -103,10 +106,10 @@ class Rewarder:
         self._gold = None if spec is None else spec.gold
         self.gold_options = {} if spec is None or spec.gold_rows is None else {"cap": spec.gold_rows, "threads": spec.gold_threads}
         # A bad import path fails here, before any model loads.
-        self.primary = _pool("reward.fn", primary, cfg, in_process=spec is not None and spec.in_process)
+        self.primary = None if self.env_only else _pool("reward.fn", primary, cfg, in_process=spec is not None and spec.in_process)
         self.terms = [(t.fn, t.weight, _pool(f"reward.terms[{i}].fn", _with_thoughts(t.fn, f"reward.terms[{i}].fn"), cfg))
                       for i, t in enumerate(cfg.terms)]  # fmt: skip
-        self.pools = [self.primary] + [pool for _, _, pool in self.terms]
+        self.pools = [p for p in [self.primary] if p is not None] + [pool for _, _, pool in self.terms]
         for pool in self.pools:  # the workers import their functions while the models load; the first score waits
             pool.start(wait=False)
 
@@ -132,6 +135,17 @@ class Rewarder:
         if isinstance(result, Outcome):
             return result is Outcome.CORRECT
         return result >= 1.0 if self.partial else result > 0
+
+    def answered_right(self, completion: Completion, result: Result) -> bool:
+        """Whether an answer counts as correct: its episode's success with reward.verifier=none (rlvr.envs), else the
+        verifier's result (is_correct)."""
+        if self.env_only:
+            return completion.episode is not None and completion.episode.success
+        return self.is_correct(result)
+
+    def env_results(self, completions: list[Completion]) -> list[Result]:
+        """With reward.verifier=none: each episode's return, as the result the rest of rlvr reads (no verifier ran)."""
+        return [0.0 if c.episode is None else c.episode.returned for c in completions]
 
     def gold_check(self) -> Callable[[str], Outcome | None] | None:
         """The verifier's `check_gold` (answer -> the verdict on a perfect completion for it), run in this process by
@@ -161,10 +175,12 @@ class Rewarder:
         splits = self.grade(completions, states)
         texts, thoughts = [s.answer for s in splits], [s.thoughts for s in splits]
         stats = PoolStats()
-        scored = self._primary(texts, answers, thoughts, stats)
+        scored: list[Scored] = list(self.env_results(completions)) if self.env_only else self._primary(texts, answers, thoughts, stats)
         results, detail_metrics = self._unpack(scored)
         rewards = torch.tensor([self.value(r) for r in results])  # [n]
-        correct = torch.tensor([float(self.is_correct(r)) for r in results])  # [n]
+        correct = torch.tensor([float(self.answered_right(c, r)) for c, r in zip(completions, results, strict=True)])  # [n]
+        if not self.env_only:  # an episode's return adds to the verifier's reward (rlvr.envs)
+            rewards = rewards + torch.tensor([0.0 if c.episode is None else c.episode.returned for c in completions])
         # a timeout is every TIMEOUT result: the pool's own (stats.timeouts) and a verifier's that gave up by itself
         timeouts = sum(r is Outcome.TIMEOUT for r in results)
         n = max(len(results), 1)
@@ -196,6 +212,8 @@ class Rewarder:
 
     def _primary(self, texts: list[str | None], answers: list[str], thoughts: list[str | None] | None,
                  stats: PoolStats | None = None) -> list[Scored]:  # fmt: skip
+        if self.primary is None:  # reward.verifier=none: nothing to judge (judge's callers read the episodes)
+            return [Outcome.NO_ANSWER] * len(texts)
         scored, pool_stats = _score(self.primary, texts, answers, thoughts)
         if stats is not None:
             stats.timeouts, stats.errors = pool_stats.timeouts, pool_stats.errors

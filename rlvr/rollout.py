@@ -110,6 +110,7 @@ class Engine:
             **kv_bytes,  # type: ignore[arg-type]
             **adapters,  # type: ignore[arg-type]
         )
+        self.max_model_len = max_model_len  # the context of every sequence: prompt and answer
         self.memory = Memory(self.llm, enabled=sleep, level=sleep_level(sleep=sleep, adapter_sync=bool(lora_rank)))
         self.tokenizer = self.llm.get_tokenizer()
         self._decodes_texts = uses_fast_detokenizer(self.tokenizer)  # else vLLM's (slow) detokenizer always runs

@@ -29,22 +29,44 @@ def records(
             "step": step,
             "kind": kind,  # "eval" (greedy, held out) | "eval_sampled" (rlvr eval, eval.n > 0) | "train" (sampled)
             "id": e.id,
-            "prompt": tokenizer.decode(list(e.prompt_ids), skip_special_tokens=False),
+            # an episode's own prompt: its environment's first observation may have replaced the example's
+            "prompt": tokenizer.decode(list(e.prompt_ids if c.episode is None else c.prompt_ids), skip_special_tokens=False),
             "completion": tokenizer.decode(c.token_ids, skip_special_tokens=False),
             "gold": e.shown_answer,
             **({} if e.gold is None else {"answer_record": e.answer}),  # what the verifier is handed (gym: the JSON record)
             "extracted": rewarder.extract(split.answer),
             **({} if split.thoughts is None else {"thoughts": split.thoughts, "answer_text": split.answer}),
             "outcome": r.value if isinstance(r, Outcome) else r,
-            "correct": rewarder.is_correct(r),
+            "correct": rewarder.answered_right(c, r),
             "reward": reward,
             "tokens": c.generated,  # the model's own (tool outputs not counted)
             "finish_reason": c.finish_reason,
-            **({} if c.from_model is None else {"tool_calls": describe_calls(c), "tool_tokens": len(c.token_ids) - c.generated,
-                                                "hit_max_turns": c.hit_max_turns}),  # fmt: skip
+            **({} if c.from_model is None or (c.episode is not None and not c.calls) else {
+                "tool_calls": describe_calls(c), "tool_tokens": len(c.token_ids) - c.generated - sum(k for w, k in c.segments if w == "env"),
+                "hit_max_turns": c.hit_max_turns}),  # fmt: skip
+            **({} if c.episode is None else {"episode": describe_episode(c), "turns": describe_turns(c, tokenizer)}),
         }
         for e, c, r, reward, split in zip(examples, completions, results, rewards, splits)
     ]
+
+
+def describe_episode(completion: Completion) -> dict[str, Any]:
+    """The answer's episode (rollout.env): its return, each step's reward, turns, success, how it ended and why it
+    failed (null: it did not)."""
+    e = completion.episode
+    assert e is not None
+    return {"return": e.returned, "rewards": list(e.rewards), "turns": e.turns, "success": e.success, "end": e.end,
+            "error": e.error, "seconds": round(e.step_seconds, 3)}  # fmt: skip
+
+
+def describe_turns(completion: Completion, tokenizer: Any) -> list[dict[str, str]]:
+    """The answer turn by turn, each with who wrote it (model, env, tool), as the model saw it (special tokens kept)."""
+    segments = completion.segments or (("model", len(completion.token_ids)),)
+    turns, at = [], 0
+    for who, count in segments:
+        turns.append({"by": who, "text": tokenizer.decode(completion.token_ids[at : at + count], skip_special_tokens=False)})
+        at += count
+    return turns
 
 
 def describe_calls(completion: Completion) -> list[dict[str, Any]]:

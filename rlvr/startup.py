@@ -157,11 +157,12 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
             f"trainer.resume=never, but {out} already holds checkpoints (newest: {checkpoint.latest(out)}) that this run "
             "would overwrite; choose a new trainer.output_dir, or continue the earlier run with trainer.resume=auto"
         )
-    multiturn.check(cfg)  # the tools' functions import, their sandbox works
     rewarder = run.rewarder = Rewarder(cfg.reward, a, max_len=cfg.rollout.max_new_tokens, task_verifier=task_verifier)
+    # the tools' functions import, their sandbox works; the environment makes one with reset and step
+    multiturn.check(cfg, train_set[0], rewarder.verifier_name)
     # every rank checks the same rows (deterministic, seconds), so every rank stops on a failure (and closes the rewarder)
     gold_note = gold.startup_note(train_set + run.eval_set, rewarder.gold_check(), cfg.reward.gold_check, t.seed,
-                                  **rewarder.gold_options)  # fmt: skip
+                                  rewarder.gold_unchecked, **rewarder.gold_options)  # fmt: skip
     if distributed.is_main():  # the config as this run uses it (settings resolved), and the device they were resolved for
         (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         settings.record(out, device, resolved, lora_rank=cfg.model.lora.rank)
@@ -174,7 +175,7 @@ def _build(run: Run, recipe: str | None, launched: float | None) -> None:
     stream = run.stream = PromptStream(train_set, t.seed, cfg.data.skip_solved)
     learner = run.learner = Learner.from_config(cfg, model_path)
     engine = run.engine = Engine.from_config(model_path, cfg, max_model_len, lora_rank=adapter_rank)
-    run.sampler = multiturn.sampler(engine, cfg)  # answers of several turns with rollout.tools; else the engine itself
+    run.sampler = multiturn.sampler(engine, cfg, rewarder.verifier_name)  # several turns with rollout.tools / rollout.env
     # vLLM's worker sets torch's float32 matmul precision when it starts ("highest"): the learner's choice again, after it
     torch.set_float32_matmul_precision("high" if t.tf32 else "highest")
     if distributed.is_main():  # as applied, read back

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlvr.thinking import State
+
+if TYPE_CHECKING:
+    from rlvr.envs import EpisodeRecord
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,14 @@ class Example:
     prompt_ids: tuple[int, ...] = ()  # the token ids the engine sees and the learner trains on
     gold: str | None = None  # the answer as a person reads it, where `answer` is a record for the verifier (gym); None = answer
     think: State = State.ABSENT  # where its completions start: inside a <think> block the prompt opened, or not (rlvr.thinking)
+    extra: tuple[tuple[str, Any], ...] = ()  # the task's own fields, handed to an environment (data=env: env_id, index)
+
+    def row(self, verifier: str | None = None) -> dict[str, Any]:
+        """The example as an environment's factory receives it (rlvr.envs): its text fields, the task's verifier name
+        and the task's own fields."""
+        return {"id": self.id, "prompt": self.prompt, "answer": self.answer, "gold": self.gold,
+                "messages": None if self.messages is None else [dict(m) for m in self.messages], "verifier": verifier,
+                **dict(self.extra)}  # fmt: skip
 
     @property
     def shown_answer(self) -> str:
@@ -57,6 +69,8 @@ class Completion:
     calls: tuple[ToolCall, ...] = ()  # the answer's tool calls, in order
     hit_max_turns: bool = False  # it asked for one more call than rollout.max_turns allows, and ended there
     think_opened_at: tuple[int, ...] = ()  # places in `text` where a tool frame opened a <think> block (rlvr.thinking)
+    segments: tuple[tuple[str, int], ...] = ()  # who wrote token_ids, in runs: ("model" | "tool" | "env", count); () = the model
+    episode: EpisodeRecord | None = None  # its environment's episode (rollout.env), None without one
 
     @property
     def model_ids(self) -> list[int]:

@@ -15,7 +15,7 @@ from rlvr import multiturn  # noqa: E402
 from rlvr.cli import entry  # noqa: E402
 
 
-def digit_sampler(engine, cfg):  # type: ignore[no-untyped-def]
+def digit_sampler(engine, cfg, verifier=None):  # type: ignore[no-untyped-def]
     r = cfg.rollout
     return multiturn.ToolSampler(engine, [DigitTool()], max_turns=r.max_turns, output_tokens=r.tool.output_tokens,
                                  workers=r.tool.workers)  # fmt: skip

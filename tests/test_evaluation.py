@@ -130,6 +130,7 @@ class FakeEngine:
 
 class FakeRewarder:
     details = ("passed", "wrong_answer")  # a verifier that names why (as the code verifier's judge does)
+    env_only = False  # a verifier judges (reward.verifier is not none)
 
     def grade(self, completions, states):
         from rlvr.thinking import Split
@@ -147,6 +148,9 @@ class FakeRewarder:
         from rlvr.verifiers import Outcome
 
         return result is Outcome.CORRECT
+
+    def answered_right(self, completion, result):
+        return self.is_correct(result)
 
     def value(self, result):
         return float(self.is_correct(result))

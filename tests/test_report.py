@@ -305,8 +305,9 @@ def test_one_valid_png_per_figure(sweep_report):
     _, out, page = sweep_report
     figures = re.findall(r'<figure id="fig-([^"]+)">', page)
     assert sorted(figures) == sorted(p.stem for p in (out / "plots").glob("*.png"))
-    # every plot but the tool calls' (these runs have no tools: tests/test_tools_run.py draws it), and pass@k
-    assert len(figures) == len([p for p in plots.PLOTS if p.name != "tool_calls"]) + 1
+    # every plot but the tool calls' and the episodes' (these runs have neither: tests/test_tools_run.py and
+    # tests/test_envs_run.py draw them), and pass@k
+    assert len(figures) == len([p for p in plots.PLOTS if p.name not in ("tool_calls", "env_turns", "env_success")]) + 1
     for name in figures:
         png = out / "plots" / f"{name}.png"
         with Image.open(png) as image:
