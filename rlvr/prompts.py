@@ -133,7 +133,7 @@ def drop_long_prompts(examples: list[Example], budget: int, mode: LongPrompts) -
 def prepare(
     train_set: list[Example], eval_set: list[Example], tokenizer: Any, context: int, cfg: DataConfig, max_new_tokens: int,
     *, verbose: bool = True, instruction: str | None = None, tools: list[dict] | None = None, max_calls: int = 1,
-    think_tags: tuple[str, str] = thinking.DEFAULT_TAGS,
+    think_tags: tuple[str, str] = thinking.DEFAULT_TAGS, open_prompts: bool = False,
 ) -> tuple[list[Example], list[Example], int, dict[str, int]]:
     """Render both sets, then drop (or reject) prompts over the budget; return the sets, the engine's max_model_len
     and the counts dropped.
@@ -157,7 +157,9 @@ def prepare(
         console.warn(f"rlvr: dropped {train_dropped} training and {eval_dropped} evaluation prompts over the prompt budget "
                      f"of {budget} tokens (data.max_prompt_tokens; data.long_prompts=error rejects them instead)")  # fmt: skip
     longest = max(len(e.prompt_ids) for e in train_set + eval_set)
-    max_model_len = min(context, longest + max_new_tokens)
+    # `open_prompts` (rollout.env): an environment's first observation may replace a prompt, so the engine's context
+    # holds the whole prompt budget, not just the longest prompt rendered here
+    max_model_len = min(context, (budget if open_prompts else longest) + max_new_tokens)
     return train_set, eval_set, max_model_len, {"data/dropped_train_prompts": train_dropped, "data/dropped_eval_prompts": eval_dropped}
 
 
@@ -174,7 +176,8 @@ def load(
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None) or 1 << 30
     tokenizer = chat.use_template(AutoTokenizer.from_pretrained(model_path), chat.read_template(cfg.model.chat_template))
     train_set, eval_set, max_model_len, dropped = prepare(
-        train_set, eval_set, tokenizer, context, cfg.data, cfg.rollout.max_new_tokens, verbose=verbose, **_render_options(cfg)
+        train_set, eval_set, tokenizer, context, cfg.data, cfg.rollout.max_new_tokens, verbose=verbose,
+        open_prompts=cfg.rollout.env is not None, **_render_options(cfg),
     )
     return train_set, eval_set, task_verifier, max_model_len, dropped
 

@@ -75,7 +75,9 @@ class Rewarder:
         self.cfg, self.algo, self.max_len = cfg, algo_cfg, max_len
         verifier = task_verifier if cfg.verifier is VerifierName.task else cfg.verifier
         self.env_only = verifier is VerifierName.none and cfg.fn is None  # the environment's return is the reward
-        self.verifier_name = verifier.value if cfg.fn is None else "fn"  # told to an environment's factory (rlvr.envs)
+        # how this task's answers are checked, told to an environment's factory (rlvr.envs): reward.verifier=none still
+        # names the task's verifier, which an environment such as math_retry uses itself
+        self.verifier_name = (task_verifier if cfg.verifier in (VerifierName.task, VerifierName.none) else cfg.verifier).value
         self.gold_unchecked = "reward.verifier=none: the environment's return is the reward" if self.env_only else "reward.fn is a user function"
         spec = VERIFIERS[verifier] if cfg.fn is None and not self.env_only else None
         name = cfg.fn if spec is None else verifier.value

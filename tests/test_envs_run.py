@@ -89,3 +89,26 @@ def test_an_environment_without_step_stops_the_run_before_any_model_loads(tmp_pa
     result = env_cli("train", *ARGS, "rollout.env=env_examples:no_step", "rollout.env_options=null", f"trainer.output_dir={tmp_path / 'out'}", cwd=tmp_path)
     assert result.returncode == 2
     assert "rollout.env='env_examples:no_step' made a NoStep, which has no step method" in result.stderr
+
+
+def test_math_retry_through_the_cli_and_rlvr_eval(tmp_path):
+    """The built-in math_retry on the built-in task: a wrong sum is shown the problem again ({prompt}), up to 3 tries."""
+    out = tmp_path / "retry"
+    args = ["recipe=grpo", "rollout.env=rlvr.envs.math_retry:make", "rollout.env_options={message: '{prompt}', attempts: 3}",
+            "reward.verifier=none", "rollout.max_new_tokens=20", "algo.prompts_per_step=8", "trainer.max_steps=1",
+            "trainer.eval_every=1", "data.eval_size=16", "logger.progress=false", f"trainer.output_dir={out}"]  # fmt: skip
+    result = env_cli("train", *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = rows(out)[-1]
+    assert last["rollout/logprob_mismatch_max"] < 1e-4 and 1 <= last["env/turns_per_episode"] <= 3
+    assert last["reward/correct_frac"] == last["env/success_frac"] > 0  # success: right within the attempts
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    retried = [s for s in samples if s["episode"]["turns"] > 1]
+    assert retried and all(t["text"] == s["prompt"] for s in retried for t in s["turns"] if t["by"] == "env")
+    for s in samples:  # reward 0.5^(k-1) for a right answer at attempt k, 0 for none
+        k, success = s["episode"]["turns"], s["episode"]["success"]
+        assert s["reward"] == (0.5 ** (k - 1) if success else 0.0)
+    evaluated = env_cli("eval", f"run={out}", "eval.n=0", f"output_dir={tmp_path / 'eval'}", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())["metrics"]
+    assert report["eval/accuracy"] == last["eval/accuracy"] == report["eval/env_success_frac"]
