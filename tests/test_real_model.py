@@ -20,6 +20,7 @@ from rlvr.types import Example, RolloutBatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from make_sums import rows as sums_rows  # noqa: E402
+from make_tool_shots import rows as tool_shot_rows  # noqa: E402
 
 SMOLLM2 = "packaged:smollm2-135m-instruct"
 END_OF_TURN = "<|im_end|>"
@@ -194,15 +195,8 @@ def test_smollm2_with_the_python_tool_through_the_cli(rlvr_cli, tmp_path):
 def fewshot_tool_rows(count: int) -> list[dict]:
     """data=calc questions as chat rows that open with two worked examples of calling the calculate function (a
     `tool` message holds each result): the untrained 135M model never writes a <tool_call> from the description alone
-    (0 of 450 answers on data=calc), and copies the examples' format."""
-    from rlvr.tasks import calc
-
-    shots = []
-    for question, expression, result in (("What is 12 * 34?", "12 * 34", "408"), ("What is 250 + 175?", "250 + 175", "425")):
-        call = "<tool_call>\n" + json.dumps({"name": "calculate", "arguments": {"expression": expression}}) + "\n</tool_call>"
-        shots += [{"role": "user", "content": question}, {"role": "assistant", "content": call},
-                  {"role": "tool", "content": result}, {"role": "assistant", "content": f"The answer is \\boxed{{{result}}}."}]  # fmt: skip
-    return [{"prompt": [*shots, {"role": "user", "content": q}], "answer": str(a)} for q, a in calc.problems(count, 5, 4, ("product", "sum"))]
+    (0 of 450 answers on data=calc), and copies the examples' format. The learning curve's rows (scripts/make_tool_shots.py)."""
+    return tool_shot_rows(count, 5, tools=True)
 
 
 @pytest.mark.slow

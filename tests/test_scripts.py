@@ -33,7 +33,7 @@ ELSEWHERE = {
 }
 TESTED_HERE = {"bench_main_job.py", "bench_learner.py", "bench_verifiers.py", "bench_code.py", "bench_real_model.py",
                "bench_peer_trl.py", "measure_memory.py", "build_tiny_model.py", "make_sums.py", "bench_push.py",
-               "bench_sync_gap.py", "peak.py", "profile_update.py"}  # fmt: skip
+               "bench_sync_gap.py", "peak.py", "profile_update.py", "make_tool_shots.py", "bench_envs.py"}  # fmt: skip
 
 
 def run_script(name: str, *args: str, cwd: Path, timeout: float = 240) -> dict:
@@ -202,6 +202,24 @@ def test_make_sums(tmp_path):
     assert out == {"path": str(tmp_path / "sums.jsonl"), "rows": 20, "seed": 0}
     rows = [json.loads(line) for line in (tmp_path / "sums.jsonl").read_text().splitlines()]
     assert len(rows) == 20 and all("\\boxed{}" in r["prompt"] and r["answer"].isdigit() for r in rows)
+
+
+def test_make_tool_shots(tmp_path):
+    out = run_script("make_tool_shots.py", str(tmp_path), "--train", "10", "--eval", "4", cwd=tmp_path, timeout=60)
+    assert out == {"files": {str(tmp_path / f"{v}_{s}.jsonl"): n for v in ("tools", "plain") for s, n in (("train", 10), ("eval", 4))}}
+    read = {f"{v}_{s}": [json.loads(line) for line in (tmp_path / f"{v}_{s}.jsonl").read_text().splitlines()]
+            for v in ("tools", "plain") for s in ("train", "eval")}  # fmt: skip
+    assert [r["prompt"][-1] for r in read["tools_train"]] == [r["prompt"][-1] for r in read["plain_train"]]  # same questions
+    held_out = {r["prompt"][-1]["content"] for r in read["tools_eval"]}
+    assert not held_out & {r["prompt"][-1]["content"] for r in read["tools_train"]}
+    assert [m["role"] for m in read["tools_eval"][0]["prompt"]] == ["user", "assistant", "tool", "assistant"] * 2 + ["user"]
+    assert "<tool_call>" in read["tools_eval"][0]["prompt"][1]["content"] and "= 408" in read["plain_eval"][0]["prompt"][1]["content"]
+
+
+def test_bench_envs_smoke(tmp_path):
+    out = run_script("bench_envs.py", "--smoke", cwd=tmp_path, timeout=120)
+    assert out["smoke"] and set(out["kinds"]) == {"sandbox (code_feedback)", "python (holds the GIL)", "textarena (GuessTheNumber)"}
+    assert all(k["serial_s"] > 0 and k["threads_s"] > 0 for k in out["kinds"].values())
 
 
 @pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
