@@ -44,7 +44,7 @@ class EosTokenizer:
 class EosEngine:
     """A scripted stand-in for rlvr.rollout.Engine: each request's next turn is `script(context_text, seed)`, sampled
     one character per token (logprob -0.5), ending at the first "$" (the end-of-turn token: kept in the ids, not in the
-    text) or at the budget. Records every call."""
+    text), at the first stop string (kept) or at the budget. Records every call."""
 
     def __init__(self, script) -> None:
         self.script, self.tokenizer, self.calls = script, EosTokenizer(), []
@@ -57,12 +57,14 @@ class EosEngine:
             group = []
             for j in range(n):
                 text = self.script(self.tokenizer.decode(list(prompt), False), j)
-                cut = text[: text.index(EOS) + 1] if EOS in text else text
-                finish = "stop"
+                ends = [(text.index(EOS) + 1, None)] if EOS in text else []
+                ends += [(text.index(s) + len(s), s) for s in stop if s in text]  # a stop string stays (keep_stop)
+                end, reason = min(ends, key=lambda e: e[0]) if ends else (len(text), None)
+                cut, finish = text[:end], "stop"
                 if len(cut) > budget:
-                    cut, finish = cut[:budget], "length"
+                    cut, reason, finish = cut[:budget], None, "length"
                 ids = self.tokenizer.encode(cut)
-                group.append(Completion(list(prompt), ids, self.tokenizer.decode(ids), finish, [-0.5] * len(ids)))
+                group.append(Completion(list(prompt), ids, self.tokenizer.decode(ids), finish, [-0.5] * len(ids), reason))
             out.append(group)
         return out
 
@@ -315,3 +317,25 @@ def test_metrics_count_turns_returns_successes_and_errors():
     m = envs.metrics("env/", records, 1.5)
     assert m == {"env/turns_per_episode": 3.0, "env/return_mean": 0.0, "env/success_frac": pytest.approx(1 / 3),
                  "env/errors": 1.0, "env/step_s": 1.5}  # fmt: skip
+
+
+def test_tools_inside_a_turn_and_the_environment_between_turns():
+    """A turn may call a tool (its output goes on in the same turn); the environment steps once the turn ends."""
+    from test_multiturn import EchoTool
+
+    actions: list[str] = []
+
+    def factory(example):
+        env = Scripted(example, [("next", 1.0, False, False, {}), (None, 2.0, True, False, {})])
+        actions.append(env)  # type: ignore[arg-type]
+        return env
+
+    turns = {0: "CALL a!", 1: "first$", 2: "second$"}
+    engine = EosEngine(lambda ctx, j: turns[ctx.count("<") + ctx.count("next")])
+    setup = EnvSetup(factory, {}, 2.0, None, render, 10_000, None)
+    s = ToolSampler(engine, [EchoTool()], max_turns=4, output_tokens=64, workers=2, env=setup)  # type: ignore[arg-type]
+    (c,) = run(s, examples("1"))[0]
+    assert engine.tokenizer.decode(c.token_ids, False) == "CALL a!<a|0>first$nextsecond$"
+    assert [w for w, _ in c.segments] == ["model", "tool", "model", "env", "model"]
+    assert actions[0].actions == ["CALL a!first", "second"]  # the action is the turn's own text, the tool output left out
+    assert c.episode.returned == 3.0 and [call.request for call in c.calls] == ["a"]
