@@ -15,8 +15,16 @@ left for even a cut output ends there (finish_reason "length"); an answer that e
 token finishes "stop", as the engine says without tools. A model that asks for one call more than
 rollout.max_turns allows ends its answer at that call's closing fence (`hit_max_turns`).
 
+With rollout.env every answer is also an episode (rlvr.envs): each answer gets its own environment, reset with its
+group's seed (a first observation may replace the prompt); a turn the model ends itself, with no tool call in it, is
+the action of the environment's next step, whose observation is appended as the chat template renders a user message
+after the model's turn (a ChatFrame with role "user", encoded as tool outputs are) until the episode terminates, is
+truncated, errs, reaches rollout.max_turns steps or runs out of budget. Every episode of a turn steps at once, in
+threads, each call within rollout.env_timeout_s.
+
 `ToolSampler` has the engine's `generate` and `greedy`, so the loop's rollout (rlvr.collect) and the evaluation
-(rlvr.evaluation) take either; `sampler(engine, cfg)` gives the engine itself when rollout.tools is empty.
+(rlvr.evaluation) take either; `sampler(engine, cfg)` gives the engine itself when rollout.tools is empty and there
+is no rollout.env.
 """
 
 from __future__ import annotations
