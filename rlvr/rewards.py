@@ -77,7 +77,8 @@ class Rewarder:
         self.env_only = verifier is VerifierName.none and cfg.fn is None  # the environment's return is the reward
         # how this task's answers are checked, told to an environment's factory (rlvr.envs): reward.verifier=none still
         # names the task's verifier, which an environment such as math_retry uses itself
-        self.verifier_name = (task_verifier if cfg.verifier in (VerifierName.task, VerifierName.none) else cfg.verifier).value
+        named = task_verifier if cfg.verifier in (VerifierName.task, VerifierName.none) else cfg.verifier
+        self.verifier_name = None if named is None else named.value
         self.gold_unchecked = "reward.verifier=none: the environment's return is the reward" if self.env_only else "reward.fn is a user function"
         spec = VERIFIERS[verifier] if cfg.fn is None and not self.env_only else None
         name = cfg.fn if spec is None else verifier.value

@@ -70,7 +70,7 @@ def test_synthetic_sweep_report_renders_in_chromium(tmp_path, chromium_binary):
     assert report.main([str(root)]) == 0
     capture = check_rendered(root, chromium_binary, plots.COLORS[0])
     # pass@k too; not the tool calls' (these runs have no tools)
-    assert len(capture.figures) == len([p for p in plots.PLOTS if p.name != "tool_calls"]) + 1
+    assert len(capture.figures) == len([p for p in plots.PLOTS if p.name not in ("tool_calls", "env_turns", "env_success")]) + 1
 
 
 def test_the_client_reports_console_errors_and_failed_loads(tmp_path, chromium_binary):
