@@ -255,19 +255,14 @@ class ToolSampler:
             for answer in group:
                 answer.episode = envs.start(env.factory, row, env.options, seed)
         live = [(a, ex) for group, ex in zip(answers, examples, strict=True) for a in group if a.in_episode]
-        start = time.monotonic()
-        results = envs.run_all([functools.partial(a.episode.env.reset, seed=a.episode.seed) for a, _ in live], env.timeout_s)  # type: ignore[union-attr]
-        self.env_seconds += time.monotonic() - start
-        for (answer, example), (value, error, seconds) in zip(live, results, strict=True):
-            episode = answer.episode
-            assert episode is not None
-            episode.seconds += seconds
+        called = self._call_envs([a for a, _ in live], lambda a: a.episode.env.reset(seed=a.episode.seed))
+        for (answer, episode, value, error), (_, example) in zip(called, live, strict=True):
             try:
                 if error is not None:
                     raise envs.EnvError(error)
                 observation, episode.info = envs.reset_result(value)
                 if observation is not None:
-                    ids = env.render(example, observation)
+                    ids = self._render(example, _SURROGATE.sub("\ufffd", observation))
                     if len(ids) > env.prompt_budget:
                         raise envs.EnvError(f"its first observation makes a prompt of {len(ids)} tokens, over the "
                                             f"{env.prompt_budget} the engine's context leaves before the answer")  # fmt: skip
@@ -289,13 +284,7 @@ class ToolSampler:
         assert env is not None
         for answer in waiting:
             answer.env_turn = False
-        start = time.monotonic()
-        results = envs.run_all([functools.partial(a.episode.env.step, a.since_obs) for a in waiting], env.timeout_s)  # type: ignore[union-attr]
-        self.env_seconds += time.monotonic() - start
-        for answer, (value, error, seconds) in zip(waiting, results, strict=True):
-            episode = answer.episode
-            assert episode is not None
-            episode.seconds += seconds
+        for answer, episode, value, error in self._call_envs(waiting, lambda a: a.episode.env.step(a.since_obs)):
             try:
                 if error is not None:
                     raise envs.EnvError(error)
@@ -312,8 +301,8 @@ class ToolSampler:
                 answer.end("stop")
                 continue
             ended_on_eos = answer.ids[-1:] == [self.tokenizer.eos_token_id]
-            shown = self._output_ids(functools.partial(self._observation_frame, ended_on_eos=ended_on_eos),
-                                     [step.observation or ""], answer.left)  # fmt: skip
+            observation = _SURROGATE.sub("\ufffd", step.observation or "")  # valid text, as tool outputs (_call)
+            shown = self._output_ids(functools.partial(self._observation_frame, ended_on_eos=ended_on_eos), [observation], answer.left)
             if shown is None:  # not even a cut observation fits: the answer ends here
                 episode.finish("length")
                 answer.end("length")
@@ -321,6 +310,29 @@ class ToolSampler:
             self._append(answer, *shown, "env")
             if not answer.running:
                 episode.finish("length")
+
+    def _call_envs(self, answers: list[_Answer], call: Callable[[Any], Any]) -> list[tuple[_Answer, envs.Episode, Any, str | None]]:
+        """call(answer) for every answer at once, on its episode's environment (envs.run_all, each within
+        rollout.env_timeout_s), the time counted: (answer, episode, what it returned, why it failed or None), in order."""
+        assert self.env is not None
+        episodes = [a.episode for a in answers]
+        start = time.monotonic()
+        results = envs.run_all([functools.partial(call, a) for a in answers], self.env.timeout_s)
+        self.env_seconds += time.monotonic() - start
+        out = []
+        for answer, episode, (value, error, seconds) in zip(answers, episodes, results, strict=True):
+            assert episode is not None
+            episode.seconds += seconds
+            out.append((answer, episode, value, error))
+        return out
+
+    def _render(self, example: Example, observation: str) -> list[int]:
+        """A first observation as the example's prompt; a render that fails is that episode's error."""
+        assert self.env is not None
+        try:
+            return self.env.render(example, observation)
+        except Exception as e:  # noqa: BLE001  (a template that cannot render this text: the episode's error, not the run's)
+            raise envs.EnvError(f"its first observation could not be rendered as a prompt: {type(e).__name__}: {e}") from None
 
     def _observation_frame(self, outputs: list[str], *, ended_on_eos: bool) -> list[Piece]:
         """An observation as the model is shown it: the chat template's user message after the model's turn and the

@@ -339,3 +339,21 @@ def test_tools_inside_a_turn_and_the_environment_between_turns():
     assert [w for w, _ in c.segments] == ["model", "tool", "model", "env", "model"]
     assert actions[0].actions == ["CALL a!first", "second"]  # the action is the turn's own text, the tool output left out
     assert c.episode.returned == 3.0 and [call.request for call in c.calls] == ["a"]
+
+
+def test_hostile_observations_and_a_failing_render_end_nothing_but_their_episode():
+    """A lone surrogate in an observation is shown as U+FFFD (it could not be encoded or logged otherwise); a first
+    observation the template cannot render ends that episode, not the run."""
+    s, _ = sampler(answers_each("a$", "b$"), lambda ex: Scripted(ex, [("bad \udcff byte", 0.0, False, False, {}), (None, 1.0, True, False, {})]))
+    (c,) = run(s, examples("1"))[0]
+    shown = "".join(chr(i) for i, m in zip(c.token_ids, c.from_model, strict=True) if not m)
+    assert shown == "bad \ufffd byte" and c.episode.returned == 1.0 and c.episode.error is None
+
+    def broken_render(example, text):
+        raise ValueError("the template refused")
+
+    s, _ = sampler(answers_each("a$"), lambda ex: Scripted(ex, [(None, 1.0, True, False, {})], first="hello"))
+    s.env.render = broken_render  # type: ignore[union-attr]
+    (c,) = run(s, examples("1"))[0]
+    assert c.episode.error == "reset: its first observation could not be rendered as a prompt: ValueError: the template refused"
+    assert c.token_ids == []
