@@ -198,6 +198,16 @@ class Learner:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
+    def _casts_kept(self) -> contextlib.AbstractContextManager:
+        """Around a pass's micro-batches (an update's, a logprob pass's): each fp32 weight is cast to bf16 once for them
+        all instead of once per micro-batch. Autocast keeps its casts of leaf weights until the outermost autocast
+        region exits; this one computes nothing in bf16 itself (the loss stays in fp32) and ends before the optimizer
+        moves the weights. The same bf16 weights either way, so the same numbers. SmolLM2-135M's realistic update (9
+        micro-batches, AMX): 7% faster (docs/measured/speed.md)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, enabled=False)
+
     def _my_rows(self, num_rows: int) -> slice:
         """This rank's contiguous share of a batch that every rank holds in full."""
         if num_rows % self.world_size:
@@ -253,7 +263,7 @@ class Learner:
             assert self.reference_adapter is not None, "no reference: kl_coef is 0"
         self.model.eval()
         try:
-            with self.reference_adapter.swapped_in(self.model) if in_place else contextlib.nullcontext():  # type: ignore[union-attr]
+            with self.reference_adapter.swapped_in(self.model) if in_place else contextlib.nullcontext(), self._casts_kept():  # type: ignore[union-attr]
                 for rows in self._micro_batches(mine):
                     local[rows] = self._response_logprobs(model, mine.select(rows), False, temperature)[0].to(local.dtype)
         finally:
@@ -309,32 +319,33 @@ class Learner:
         parts: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []  # each micro-batch's metrics, shares
         entropy_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         plan = self._micro_batches(batch)
-        for j, micro in enumerate(plan):  # micro: row indices [m]
-            if isinstance(self.model, FSDPModule) and not self.sync_every_micro_batch:
-                self.model.set_requires_gradient_sync(j == len(plan) - 1)  # reduce-scatter once, after the last
-            part = batch.select(micro)
-            logp, entropy = self._response_logprobs(self.model, part, True)  # [m, T]
-            loss, metrics = algo.policy_loss_terms(
-                logp,
-                logp.detach() if old_logprobs is None else old_logprobs[micro],
-                advantages[micro],
-                mask[micro],
-                ref_logprobs=None if ref_logprobs is None else ref_logprobs[micro],
-                engine_logprobs=part.engine_logprobs,
-                num_sequences=num_sequences,
-                num_tokens=num_tokens,
-                loss_scale=self.world_size,
-                **options.kwargs(),
-            )
-            loss.backward()
-            # metrics are means over this micro-batch's tokens or units: weight each by its share of the mini-batch's
-            share = {
-                "tokens": mask[micro].sum().double() / num_tokens.clamp(min=1),
-                "units": algo.metric_units(mask[micro], options.ratio).sum().double() / num_units.clamp(min=1),
-            }
-            parts.append((metrics, share))
-            assert entropy is not None
-            entropy_sum += (entropy * mask[micro]).sum()
+        with self._casts_kept():  # each weight cast to bf16 once for every micro-batch
+            for j, micro in enumerate(plan):  # micro: row indices [m]
+                if isinstance(self.model, FSDPModule) and not self.sync_every_micro_batch:
+                    self.model.set_requires_gradient_sync(j == len(plan) - 1)  # reduce-scatter once, after the last
+                part = batch.select(micro)
+                logp, entropy = self._response_logprobs(self.model, part, True)  # [m, T]
+                loss, metrics = algo.policy_loss_terms(
+                    logp,
+                    logp.detach() if old_logprobs is None else old_logprobs[micro],
+                    advantages[micro],
+                    mask[micro],
+                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[micro],
+                    engine_logprobs=part.engine_logprobs,
+                    num_sequences=num_sequences,
+                    num_tokens=num_tokens,
+                    loss_scale=self.world_size,
+                    **options.kwargs(),
+                )
+                loss.backward()
+                # metrics are means over this micro-batch's tokens or units: weight each by its share of the mini-batch's
+                share = {
+                    "tokens": mask[micro].sum().double() / num_tokens.clamp(min=1),
+                    "units": algo.metric_units(mask[micro], options.ratio).sum().double() / num_units.clamp(min=1),
+                }
+                parts.append((metrics, share))
+                assert entropy is not None
+                entropy_sum += (entropy * mask[micro]).sum()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.grad_clip)
         if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()

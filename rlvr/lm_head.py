@@ -26,6 +26,9 @@ class _TokenLogprobs(torch.autograd.Function):
     saved hidden states: one more [M, H] x [H, V] product than autograd would do, no [M, V] tensor kept). The chunk
     buffers are allocated once per call and reused in place: a fresh 64 MiB tensor per chunk costs more in page faults
     on a CPU than its exp. Softmax, logsumexp and the weight gradient's accumulation run in float32 (float64 stays).
+    The products run in hidden's dtype: under autocast (bf16 hidden, fp32 weight) the weight is cast here, once per
+    call, and its gradient is returned in fp32 as accumulated, not rounded to bf16 and widened again by autograd (two
+    passes over [V, H] per micro-batch less).
     """
 
     @staticmethod
@@ -33,6 +36,8 @@ class _TokenLogprobs(torch.autograd.Function):
         acc = torch.promote_types(hidden.dtype, torch.float32)
         m, v = hidden.shape[0], weight.shape[0]
         chunk = max(1, min(m, chunk_tokens))
+        ctx.weight_dtype = weight.dtype
+        weight = weight.to(hidden.dtype)  # [V, H] the products' copy (a no-op unless under autocast)
         z_buf = torch.empty(chunk, v, dtype=acc, device=hidden.device)  # [c, V] logits, then shifted logits
         e_buf = torch.empty(chunk, v, dtype=acc, device=hidden.device)  # [c, V] exp of the shifted logits
         logp = torch.empty(m, dtype=acc, device=hidden.device)  # [M]
@@ -78,7 +83,7 @@ class _TokenLogprobs(torch.autograd.Function):
                 grad_weight.addmm_(dz_c.T, h)
             else:
                 grad_weight += (dz_c.T @ h).to(acc)
-        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None, None
+        return grad_hidden, None if grad_weight is None else grad_weight.to(ctx.weight_dtype), None, None, None, None
 
 
 def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, buffer: torch.Tensor) -> torch.Tensor:
@@ -104,12 +109,13 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs of `targets` [M] under softmax(hidden [M, H] @ weight [V, H]^T / temperature): [M], and the entropy
     [M] (no gradient) if asked. Peak memory is one chunk of `chunk_tokens` tokens' logits (0: 64 MiB of them, the CPU
-    rule of rlvr.settings), not [M, V]. Under autocast the product runs in autocast's dtype, as the LM head's would."""
+    rule of rlvr.settings), not [M, V]. Under autocast the product runs in autocast's dtype, as the LM head's would;
+    the weight's gradient comes back in the weight's own dtype (fp32 masters: fp32, as accumulated)."""
     chunk_tokens = chunk_tokens or max(1, CPU_LOGITS_CHUNK_BYTES // (4 * weight.shape[0]))
     device_type = hidden.device.type
     if torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)
-        hidden, weight = hidden.to(dtype), weight.to(dtype)
+        hidden = hidden.to(dtype)  # the weight is cast inside, where its gradient stays fp32
     with torch.autocast(device_type, enabled=False):
         logp, entropy = _TokenLogprobs.apply(hidden, weight, targets, temperature, with_entropy, chunk_tokens)
     return logp, entropy if with_entropy else None

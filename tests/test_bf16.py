@@ -7,6 +7,7 @@ Notation: u = 2^-8 is bf16's unit roundoff (8 significant bits, round to nearest
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -115,7 +116,8 @@ def test_chunked_head_backward_under_bf16_autocast(weight_grad):
     With ddz the bound on dz's error (dz_bound) and first-order terms:
       hidden: |d| <= ddz @ |W| + u |dz| @ |W| (W rounded to bf16) + u |dz| @ |W| (the product rounded to bf16);
       weight: |d| <= ddz^T @ |h| + 3u |dz|^T @ |h| (h rounded; each chunk's product rounded to bf16 before the fp32
-              accumulation; the sum rounded to bf16, the weight's dtype inside autocast).
+              accumulation; 3u also covers autograd's plain path, whose sum is rounded to bf16 again: the head returns
+              the fp32 sum itself, checked below).
     Against float64, delta is the logit bound of the forward test. Against plain bf16 autograd (same bf16 inputs), the
     logits differ by at most one bf16 ulp (eps below), dz's rounding by one ulp (2u), and the products' roundings by
     2u (hidden) and 3u (weight: chunk rounding plus two final roundings). Not tiny: above the float64 bound at fp32's
@@ -148,6 +150,8 @@ def test_chunked_head_backward_under_bf16_autocast(weight_grad):
 
     gh, gh64, ghb = hidden.grad.double(), h64.grad, hb.grad.double()
     assert weight.grad is None if not weight_grad else weight.grad.dtype == torch.float32
+    if weight_grad:  # the fp32 accumulation itself, not rounded to bf16 on the way (most entries need fp32's bits)
+        assert (weight.grad != weight.grad.bfloat16().float()).float().mean() > 0.9
     gw = weight.grad.double() if weight_grad else None
 
     # against float64
@@ -233,3 +237,49 @@ def test_bf16_learner_update_follows_the_fp32_gradient():
     # the gradient's sign survived bf16, i.e. at least wherever |g_fp32| exceeds the bf16 error (95% of entries here)
     d16, d32 = flat(bf16.model.parameters()) - before, flat(fp32.model.parameters()) - before
     assert (torch.sign(d16) == torch.sign(d32))[g32.abs() > (g16 - g32).abs()].all()
+
+
+def bf16_casts_of_weights(learner: Learner, run) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """How many times `run()` casts each of the learner's fp32 weights to bf16, by name (the tied head under its
+    embedding's name)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    names = {p.data_ptr(): name for name, p in learner.model.named_parameters()}
+    counts: dict[str, int] = dict.fromkeys(names.values(), 0)
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16 \
+                    and args[0].data_ptr() in names:  # fmt: skip
+                counts[names[args[0].data_ptr()]] += 1
+            return func(*args, **kwargs)
+
+    with Count():
+        run()
+    return counts
+
+
+def test_bf16_update_casts_each_weight_once_for_all_micro_batches_and_computes_the_same():
+    """Learner._casts_kept: over 3 micro-batches an update (and a logprob pass) casts each fp32 weight of the layers to
+    bf16 once, not once per micro-batch (the LM head's weight, cast by rlvr.lm_head itself, once per micro-batch), and
+    the gradient and the logprobs are bitwise those of casting per micro-batch (the same bf16 weights, the same
+    products)."""
+    torch.set_num_threads(1)
+    batch, adv = synthetic_batch(), torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8, -0.4])
+    kept, per_micro_batch = learner("bf16"), learner("bf16")
+    per_micro_batch._casts_kept = contextlib.nullcontext  # type: ignore[method-assign]  # the cast in every micro-batch
+    kept.micro_batch_rows = per_micro_batch.micro_batch_rows = 2  # 3 micro-batches of the 6 rows
+    head = next(n for n, p in kept.model.named_parameters() if p is kept.model.get_output_embeddings().weight)
+    options = LossOptions(**LOSS)
+    grads, logps, casts = [], [], []
+    for lrn in (kept, per_micro_batch):
+        casts.append(bf16_casts_of_weights(lrn, lambda lrn=lrn: logps.append(lrn.logprobs(batch))))
+        casts.append(bf16_casts_of_weights(lrn, lambda lrn=lrn: grads.append(update_with_gradient(
+            lrn, batch, adv, batch.response_mask, None, None, options=options)[1])))  # fmt: skip
+    layers = [n for n, p in kept.model.named_parameters() if p.dim() == 2 and n != head]
+    assert len(layers) == 4 * 7  # q k v o gate up down
+    for counts, each in zip(casts, (1, 1, 3, 3), strict=True):
+        assert {n: counts[n] for n in layers} == dict.fromkeys(layers, each)
+        assert counts[head] == 3  # the head's, in every micro-batch
+    assert torch.equal(logps[0], logps[1]) and torch.equal(grads[0], grads[1])
