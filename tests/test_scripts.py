@@ -145,6 +145,16 @@ def test_profile_update_smoke(tmp_path):
     assert out["gflops_per_s"] == pytest.approx(out["gflop"] / out["update_ms"] * 1e3) and 0 < out["peak_share"] < 1.5
 
 
+@pytest.mark.slow  # (~20 s: make test-slow, which CI runs too)
+def test_profile_update_realistic_smoke(tmp_path):
+    """scripts/profile_update.py --realistic at a smoke size: SmolLM2's shape (2 layers) on bench_learner's long-tailed
+    batch (8 rows, responses up to 32), updated against the old logprobs; one update profiled."""
+    out = run_script("profile_update.py", "--realistic", "--smoke", "--json", cwd=tmp_path)
+    assert out["realistic"] is True and out["model"] == "135m" and out["rows"] == 8
+    assert sum(out["kinds_ms"].values()) == pytest.approx(out["profiled_ms"], rel=1e-6)
+    assert out["kinds_ms"]["matmul"] > 0 and positive(out["gflop"]) and 0 < out["peak_share"] < 1.5
+
+
 @pytest.mark.slow  # (15-40 s each: make test-slow, which CI runs too)
 def test_measure_memory_smoke(tmp_path):
     """scripts/measure_memory.py at a smoke size: rlvr.memory's prediction against the live tensors of a real update."""
