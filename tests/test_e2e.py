@@ -152,6 +152,7 @@ def test_pi_old_source(overrides, precision, expected):
     assert pi_old_from_engine(validate(compose_config(*overrides)), precision) is expected
 
 
+@pytest.mark.slow  # ~11 s: make test-slow (CI runs it too); make test keeps which source a run takes (above)
 def test_pi_old_falls_back_to_the_learner_when_the_engine_disagrees(rlvr_cli, tmp_path):
     """algo.pi_old=engine with top_p 0.9: the engine's logprobs are renormalized over the nucleus and the learner's are
     not, so they differ by -log(nucleus mass) on most tokens. Step 1 uses the engine's (no learner pass); the learner's

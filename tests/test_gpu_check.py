@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from warm_cli import warm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,6 +19,7 @@ KEYS = {"pass", "failed", "device", "torch", "elapsed_s", "tokens_per_s", "mfu",
         "engine_phases", "train_step_s", "sections"}  # fmt: skip
 
 
+@pytest.mark.slow  # ~8 s: make test-slow (CI runs it too)
 def test_gpu_check_allow_cpu_smoke():
     # no GPU even where the tests run on a GPU machine: --allow-cpu would otherwise run the full-size check there
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2"}

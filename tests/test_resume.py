@@ -78,6 +78,8 @@ def uninterrupted(straight) -> list[dict]:
     return rows(straight)
 
 
+@pytest.mark.slow  # ~15 s: make test-slow (CI runs it too); make test keeps the exact resumes of a damaged checkpoint,
+# a SIGTERM, tools and environments
 def test_sigkill_after_step_3_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
     out = tmp_path / "run"
     proc = start(out, "trainer.save_every=2")

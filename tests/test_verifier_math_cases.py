@@ -140,6 +140,7 @@ def _run(seed: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # ~12 s: make test-slow (CI runs it too); make test keeps the verdict tables above
 def test_verdicts_do_not_depend_on_load_or_on_what_the_process_did_before() -> None:
     """The same pairs in two fresh processes, in two orders, one of them beside a CPU-bound load on both cores: the
     same verdicts, the budget-stopped pair TIMEOUT in both. The corpus's heaviest pair stays under a third of the
