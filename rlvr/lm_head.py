@@ -147,9 +147,9 @@ def has_plain_head(model: PreTrainedModel, device: torch.device) -> bool:
         return seen["logits"]
 
     with torch.no_grad():
-        logits = model(input_ids=ids).logits  # [1, 5, V]
+        logits = model(input_ids=ids, use_cache=False).logits  # [1, 5, V]
         with _head_replaced(head, plain):
-            model(input_ids=ids)
+            model(input_ids=ids, use_cache=False)
     return "logits" in seen and torch.allclose(logits.float(), seen["logits"].float(), rtol=1e-4, atol=1e-4)
 
 
@@ -184,7 +184,8 @@ def response_logprobs(
     # count from 0 on every row. Given one, transformers builds a [rows, 1, L, L] mask that attention keeps for the
     # backward in every layer (quadratic in L: ~15 GiB for two 8k rows of SmolLM2-135M, docs/measured/long_thinking.md)
     # and takes attention's math path; without it, attention runs causal (flash on GPU and CPU), linear in L.
-    inputs = dict(input_ids=batch.input_ids[:, :width], logits_to_keep=keep)
+    # No KV cache: transformers builds one by default, in training too, copying every layer's keys and values into it.
+    inputs = dict(input_ids=batch.input_ids[:, :width], logits_to_keep=keep, use_cache=False)
     if plain_head:
         head = model.get_output_embeddings()
         out: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}

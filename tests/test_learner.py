@@ -181,6 +181,29 @@ def test_single_update_has_ratio_exactly_one():
     assert m["ratio_min"] == 1.0 and m["ratio_max"] == 1.0 and m["clip_frac"] == 0.0
 
 
+def test_the_learners_forwards_build_no_kv_cache(monkeypatch):
+    """transformers builds a KV cache in every forward unless told not to, in training too, copying each layer's keys and
+    values into it: the learner's passes (the policy's logprobs, an update, the head check) ask for none."""
+    from transformers import cache_utils
+
+    built: list[int] = []
+    real_init = cache_utils.DynamicCache.__init__
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(cache_utils.DynamicCache, "__init__", counted)
+    learner = make_learner(micro_batch_rows=3)  # (its head check runs a forward at build time)
+    batch = synthetic_batch()
+    learner.logprobs(batch)
+    learner.update(batch, torch.linspace(-1, 1, 6, dtype=torch.float64), batch.response_mask, None, None,
+                   options=LossOptions(ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8))  # fmt: skip
+    assert built == []
+    learner.model(input_ids=batch.input_ids[:1])  # the count works: a plain forward builds one
+    assert built == [1]
+
+
 def test_named_weights_list_tied_weights_once():
     names = [n for n, _ in make_learner(1, dtype="float32").named_weights()]
     assert len(names) == len(set(names))
