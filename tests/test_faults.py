@@ -356,7 +356,8 @@ def faulty(tmp_path: Path, fault: str, step: int, *args: str) -> subprocess.Comp
 @pytest.mark.parametrize(
     ("fault", "part", "words"),
     [
-        ("engine", "the rollout (the engine, the tools, the verifiers)", "RuntimeError: the engine's worker died (injected)"),
+        pytest.param("engine", "the rollout (the engine, the tools, the verifiers)", "RuntimeError: the engine's worker died (injected)",
+                     marks=pytest.mark.slow),  # ~11 s (the engine's shutdown): make test-slow, which CI runs too
         ("oom", "the learner's update", "OutOfMemoryError: CPU out of memory (injected): tried to allocate 8.00 GiB (out of memory: lower"),
     ],
 )

@@ -79,6 +79,7 @@ def test_dataset_file_run_drops_long_prompts_with_a_count(rlvr_cli, tmp_path):
     assert checkpoint.load_state(checkpoint.latest(out) / "trainer_state.pt")["train_examples"] == 60 - 16 - 2
 
 
+@pytest.mark.slow  # ~11 s: make test-slow (CI runs it too)
 def test_non_finite_steps_are_skipped_then_stop_the_run_keeping_the_good_checkpoint(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "RLVR_POISON_FROM_STEP": "3", "PYTHONUNBUFFERED": "1"}
