@@ -204,6 +204,7 @@ class TrainerConfig:
     tf32: Any = MISSING  # auto | true | false: TF32 matmuls for the fp32 ones left on CUDA
     logits_chunk_tokens: Any = MISSING  # int | auto: tokens per chunk of the LM head's logits
     activation_checkpointing: Any = MISSING  # auto | true | false
+    compile: bool = MISSING  # torch.compile each decoder layer of the learner (one rank, no LoRA, no checkpointing)
     cpu_offload: bool = MISSING  # FSDP2 parameters, gradients and optimizer state on CPU
     save_every: int = MISSING  # checkpoint every N steps (and at the end); 0 = at the end only
     keep_last: int = MISSING  # complete checkpoints kept on disk
@@ -495,3 +496,6 @@ def check(cfg: Config) -> None:
     if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:
         raise ConfigError(f"model.lora.rank must be >= 0 (0 = off), model.lora.alpha > 0 and model.lora.dropout in [0, 1), "
                           f"got {lora.rank}, {lora.alpha}, {lora.dropout}")  # fmt: skip
+    if cfg.trainer.compile and (lora.rank or cfg.trainer.activation_checkpointing is True):
+        raise ConfigError("trainer.compile is measured and tested on the whole model without activation checkpointing; "
+                          "set trainer.compile=false with model.lora.rank > 0 or trainer.activation_checkpointing=true")  # fmt: skip

@@ -71,10 +71,9 @@ def build(
         model = adapted(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path), dtype=dtype))
     buffers = {name: b.clone() for name, b in model.named_buffers()}  # rotary tables etc., computed, not stored
     mesh = init_device_mesh(device.type, (world_size,))
-    layer_types = set(getattr(model, "_no_split_modules", None) or [])  # HF's name for the decoder block class
-    layers = [m for m in model.modules() if type(m).__name__ in layer_types]
+    layers = decoder_layers(model)
     if not layers:
-        raise ValueError(f"{model_path}: found no decoder layers to shard (model._no_split_modules={layer_types})")
+        raise ValueError(f"{model_path}: found no decoder layers to shard (model._no_split_modules={getattr(model, '_no_split_modules', None)})")
     for layer in layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp_policy, offload_policy=offload)
     fully_shard(model, mesh=mesh, mp_policy=mp_policy, offload_policy=offload)
@@ -85,6 +84,12 @@ def build(
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, full, options=options)  # rank 0's weights into every rank's shards
     return model
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's decoder blocks: the modules of the class transformers names in _no_split_modules."""
+    layer_types = set(getattr(model, "_no_split_modules", None) or [])  # HF's name for the decoder block class
+    return [m for m in model.modules() if type(m).__name__ in layer_types]
 
 
 def full_tensor(param: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -180,17 +180,18 @@ LOSS = dict(ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean"
 K = 2 * (4 * 9 + 1)
 
 
-def learner(precision: str) -> Learner:
+def learner(precision: str, *overrides: str) -> Learner:
     torch.manual_seed(0)
     return make_learner("model.dtype=float32", f"trainer.precision={precision}", "trainer.lr=1e-3", "trainer.grad_clip=1e9",
-                        "trainer.micro_batch_rows=6", "algo.kl_coef=0")  # fmt: skip
+                        "trainer.micro_batch_rows=6", "algo.kl_coef=0", *overrides)  # fmt: skip
 
 
 def flat(tensors) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1) for t in tensors]).double().cpu()
 
 
-def test_bf16_learner_update_follows_the_fp32_gradient():
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"])
+def test_bf16_learner_update_follows_the_fp32_gradient(compiled):
     """One update of the built-in model in bf16 (autocast over fp32 master weights) and in fp32, from identical weights,
     on the same batch. The observable is the gradient handed to AdamW (whose first step, ~ -lr sign(g), flips on tiny
     entries and says little).
@@ -204,7 +205,7 @@ def test_bf16_learner_update_follows_the_fp32_gradient():
     two vectors that close is at least sqrt(1 - (kappa 3u sqrt(K))^2). Not tiny: above 3 u_fp32 K (1.3e-5), the most an
     fp32 chain could be off by."""
     torch.set_num_threads(1)
-    bf16, fp32 = learner("bf16"), learner("fp32")
+    bf16, fp32 = learner("bf16", f"trainer.compile={str(compiled).lower()}"), learner("fp32")  # compiled: trainer.compile's layers
     assert bf16.precision == "bf16" and bf16.autocast_dtype == torch.bfloat16  # autocast on (one rank: unsharded)
     assert fp32.precision == "float32" and fp32.autocast_dtype is None
     for a, b in zip(bf16.model.parameters(), fp32.model.parameters(), strict=True):
