@@ -70,10 +70,13 @@ def compile_layers(model: torch.nn.Module, *, sharded: bool, checkpointing: bool
     micro-batch). The layers share one compiled graph; the first forward and backward compile it (SmolLM2-135M: ~15 s on
     2 CPU cores), then its fused kernels replace the layers' small elementwise ops (docs/measured/speed.md). The
     embedding, the final norm and rlvr's LM head stay eager."""
-    if sharded or checkpointing:
-        raise ConfigError("trainer.compile is measured and tested on one rank without activation checkpointing; set "
-                          "trainer.compile=false with several ranks or trainer.activation_checkpointing on")  # fmt: skip
-    for layer in sharding.decoder_layers(model):
+    if sharded or checkpointing:  # (rlvr.settings.for_run refuses these at start-up)
+        raise ConfigError(settings.COMPILE_UNMEASURED)
+    layers = sharding.decoder_layers(model)
+    if not layers:
+        raise ConfigError(f"trainer.compile: found no decoder layers to compile in {type(model).__name__} "
+                          f"(_no_split_modules={getattr(model, '_no_split_modules', None)}); set trainer.compile=false")  # fmt: skip
+    for layer in layers:
         layer.compile(dynamic=True)
 
 

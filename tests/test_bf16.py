@@ -276,11 +276,13 @@ def test_bf16_update_casts_each_weight_once_for_all_micro_batches_and_computes_t
     grads, logps, casts = [], [], []
     for lrn in (kept, per_micro_batch):
         casts.append(bf16_casts_of_weights(lrn, lambda lrn=lrn: logps.append(lrn.logprobs(batch))))
-        casts.append(bf16_casts_of_weights(lrn, lambda lrn=lrn: grads.append(update_with_gradient(
-            lrn, batch, adv, batch.response_mask, None, None, options=options)[1])))  # fmt: skip
+        for _ in range(2):  # the second update: the weights the first one moved, cast anew
+            casts.append(bf16_casts_of_weights(lrn, lambda lrn=lrn: grads.append(update_with_gradient(
+                lrn, batch, adv, batch.response_mask, None, None, options=options)[1])))  # fmt: skip
     layers = [n for n, p in kept.model.named_parameters() if p.dim() == 2 and n != head]
     assert len(layers) == 4 * 7  # q k v o gate up down
-    for counts, each in zip(casts, (1, 1, 3, 3), strict=True):
+    for counts, each in zip(casts, (1, 1, 1, 3, 3, 3), strict=True):
         assert {n: counts[n] for n in layers} == dict.fromkeys(layers, each)
         assert counts[head] == 3  # the head's, in every micro-batch
-    assert torch.equal(logps[0], logps[1]) and torch.equal(grads[0], grads[1])
+    assert torch.equal(logps[0], logps[1]) and torch.equal(grads[0], grads[2]) and torch.equal(grads[1], grads[3])
+    assert not torch.equal(grads[0], grads[1])  # (the first update moved the weights)

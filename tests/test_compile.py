@@ -8,10 +8,10 @@ import pytest
 import torch
 from conftest import compose_config
 from learners import make_learner
-from test_learner import synthetic_batch, update_with_gradient
 
 from rlvr.algo import LossOptions
 from rlvr.config import ConfigError, validate
+from tests.test_learner import synthetic_batch, update_with_gradient
 
 LOSS = LossOptions(ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8)
 # float64 sums in another order (fused kernels, other blockings): ~n eps of the largest term, n ~ 10^3 here (the
@@ -60,5 +60,20 @@ def test_compile_with_what_it_was_not_measured_with_is_refused_by_name(overrides
 def test_compile_on_several_ranks_is_refused_by_name():
     from rlvr.learner import compile_layers
 
-    with pytest.raises(ConfigError, match=r"trainer\.compile=false with several ranks"):
+    with pytest.raises(ConfigError, match=r"trainer\.compile is measured and tested on one unsharded rank"):
         compile_layers(torch.nn.Module(), sharded=True, checkpointing=False)
+
+
+def test_compile_is_refused_at_start_up_where_auto_turns_checkpointing_on_or_the_model_is_sharded():
+    """rlvr.settings.resolve (before any model loads): on an H100 Qwen2.5-1.5B's planned micro-batch turns
+    activation_checkpointing=auto on, which trainer.compile was not measured with; two ranks shard the model; one CPU
+    rank takes it."""
+    from rlvr.settings import resolve
+    from tests.test_settings import CPU_BF16, H100, QWEN_1_5B, cfg
+
+    assert resolve(cfg(), H100, QWEN_1_5B, world_size=1, builtin=False).activation_checkpointing  # (auto: on)
+    with pytest.raises(ConfigError, match=r"trainer\.compile .*activation checkpointing True, world size 1"):
+        resolve(cfg("trainer.compile=true"), H100, QWEN_1_5B, world_size=1, builtin=False)
+    with pytest.raises(ConfigError, match=r"trainer\.compile .*activation checkpointing False, world size 2"):
+        resolve(cfg("trainer.compile=true"), CPU_BF16, QWEN_1_5B, world_size=2, builtin=False)
+    assert not resolve(cfg("trainer.compile=true"), CPU_BF16, QWEN_1_5B, world_size=1, builtin=False).activation_checkpointing
