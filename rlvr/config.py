@@ -496,6 +496,3 @@ def check(cfg: Config) -> None:
     if lora.rank < 0 or lora.alpha <= 0 or not 0 <= lora.dropout < 1:
         raise ConfigError(f"model.lora.rank must be >= 0 (0 = off), model.lora.alpha > 0 and model.lora.dropout in [0, 1), "
                           f"got {lora.rank}, {lora.alpha}, {lora.dropout}")  # fmt: skip
-    if cfg.trainer.compile and (lora.rank or cfg.trainer.activation_checkpointing is True):
-        raise ConfigError("trainer.compile is measured and tested on the whole model without activation checkpointing; "
-                          "set trainer.compile=false with model.lora.rank > 0 or trainer.activation_checkpointing=true")  # fmt: skip

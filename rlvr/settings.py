@@ -74,9 +74,9 @@ from rlvr.memory import (
 SETTINGS_FILE = "settings.json"  # in the run folder: the device and what every setting resolved to
 CPU_TOKENS = 2048  # trainer.micro_batch_tokens on a CPU (measured: larger micro-batches do not speed 2 cores up)
 CPU_LOGITS_CHUNK_BYTES = 64 * 2**20  # one chunk of fp32 logits on a CPU
-COMPILE_UNMEASURED = ("trainer.compile is measured and tested on one unsharded rank without activation checkpointing; "
-                      "set trainer.compile=false, or trainer.activation_checkpointing=false and one rank without "
-                      "trainer.cpu_offload")  # fmt: skip
+COMPILE_UNMEASURED = ("trainer.compile is measured and tested on one unsharded rank without activation checkpointing or "
+                      "LoRA; set trainer.compile=false, or trainer.activation_checkpointing=false, model.lora.rank=0 and "
+                      "one rank without trainer.cpu_offload")  # fmt: skip
 MIN_GPU_TOKENS = 16384  # verl's per-GPU token budget: below it, activation checkpointing buys a larger micro-batch
 MAX_GPU_TOKENS = 65536
 MAX_THREADS_GPU = 8  # on a GPU machine the CPU only feeds the device
@@ -250,9 +250,9 @@ def resolve(cfg: Any, device: DeviceSpec, shape: ModelShape, *, world_size: int,
             tokens = _token_budget(free, per_token[bool(checkpointing)], planned)
     elif tokens == AUTO:
         tokens = CPU_TOKENS
-    if cfg.trainer.compile and (checkpointing or sharded(world_size, cfg.trainer.cpu_offload)):
+    if cfg.trainer.compile and (checkpointing or sharded(world_size, cfg.trainer.cpu_offload) or cfg.model.lora.rank):
         raise ConfigError(COMPILE_UNMEASURED + f" (here: activation checkpointing {bool(checkpointing)}, world size "
-                          f"{world_size}, cpu_offload {cfg.trainer.cpu_offload})")  # fmt: skip
+                          f"{world_size}, cpu_offload {cfg.trainer.cpu_offload}, LoRA rank {cfg.model.lora.rank})")  # fmt: skip
     threads = pick("trainer.torch_threads", max(1, min(MAX_THREADS_GPU if cuda else device.cores, device.cores // device.local_ranks)))
     return Settings(
         precision=str(precision),

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import compose_config
 from learners import make_learner
 
 from rlvr.algo import LossOptions
-from rlvr.config import ConfigError, validate
+from rlvr.config import ConfigError
 from tests.test_learner import synthetic_batch, update_with_gradient
 
 LOSS = LossOptions(ratio="token", clip_low=0.2, clip_high=0.2, aggregation="token_mean", max_len=8)
@@ -48,13 +47,16 @@ def test_compiled_layers_compute_the_eager_logprobs_and_gradient_in_float64(monk
 
 
 @pytest.mark.parametrize(
-    "overrides",
-    [["model.lora.rank=4"], ["trainer.activation_checkpointing=true"]],
+    ("overrides", "here"),
+    [(["model.lora.rank=4"], "LoRA rank 4"), (["trainer.activation_checkpointing=true"], "activation checkpointing True")],
     ids=["lora", "checkpointing"],
 )
-def test_compile_with_what_it_was_not_measured_with_is_refused_by_name(overrides):
-    with pytest.raises(ConfigError, match=r"trainer\.compile"):
-        validate(compose_config("trainer.compile=true", *overrides))
+def test_compile_with_what_it_was_not_measured_with_is_refused_by_name(overrides, here):
+    from rlvr.settings import resolve
+    from tests.test_settings import CPU_BF16, QWEN_1_5B, cfg
+
+    with pytest.raises(ConfigError, match=rf"trainer\.compile is measured .* \(here: .*{here}"):
+        resolve(cfg("trainer.compile=true", *overrides), CPU_BF16, QWEN_1_5B, world_size=1, builtin=False)
 
 
 def test_compile_on_several_ranks_is_refused_by_name():
